@@ -1,0 +1,129 @@
+"""THE definition of unique parameters, training FLOPs per token and tokens for a budget.
+
+Everything else in loopscale (search, objectives, analysis) asks this module; nothing recounts.
+Closed form, so counting a candidate width allocates nothing; ``tests/test_accounting.py`` checks every
+group against the real ``LoopedLM`` module and the FLOPs against ``torch.utils.flop_counter``.
+
+Counting follows Schwethelm et al. 2026 (PAPER.md, "Counting"):
+
+* a block has ``12 d^2`` matrix parameters (q, k, v, o: 4 d^2; MLP d -> 4d -> d: 8 d^2) plus two RMSNorm
+  scale vectors (2 d); QK-norm has no parameters; no biases.
+* ``N_once`` = prelude + coda blocks + the model-level norm scales that run once (after the embedding,
+  before the head); ``N_rec`` = the shared block (+ its end-of-recurrence norm when looped) + injection
+  (``2 d^2`` for linear injection). ``N = N_once + N_rec`` excludes the embedding and the LM head.
+* training FLOPs per token, as the paper's code counts them::
+
+      F = 6 (P_prelude + P_coda + P_head + r (P_recur + P_inject)) + 12 h q T L_eff
+
+  with P_* including their norm scales (P_head = LM head + final norm), attention counted full (not halved
+  for causality), embedding lookup and softmax excluded. Truncated backprop: each of the r - k
+  forward-only recurrences costs 2 P (no backward) and 4 h q T per layer instead of 6 P and 12 h q T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import LoopedConfig
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts by named group; ``total`` is every parameter of the module."""
+
+    embedding: int
+    lm_head: int
+    prelude: int
+    recur: int
+    coda: int
+    inject: int
+    scalars: int  # model-level norm scales that run once: after the embedding and before the head
+    total: int
+
+    def __post_init__(self) -> None:
+        parts = self.embedding + self.lm_head + self.prelude + self.recur + self.coda + self.inject + self.scalars
+        assert parts == self.total, f"parameter groups sum to {parts}, total is {self.total}"
+
+    @property
+    def N_once(self) -> int:
+        """Unique non-embedding parameters applied once per token (prelude, coda, model-level norms)."""
+        return self.prelude + self.coda + self.scalars
+
+    @property
+    def N_rec(self) -> int:
+        """Unique parameters of the recurrent part (shared block and injection), applied r times."""
+        return self.recur + self.inject
+
+    @property
+    def N(self) -> int:
+        """Unique non-embedding parameters, the paper's N."""
+        return self.N_once + self.N_rec
+
+    @property
+    def N_embed(self) -> int:
+        """Embedding and LM head parameters (excluded from N, as in the paper)."""
+        return self.embedding + self.lm_head
+
+
+def block_params(width: int, mlp_ratio: int = 4) -> int:
+    """One transformer block: q, k, v, o (4 d^2) + MLP (2 * mlp_ratio * d^2) + two RMSNorm scales (2 d)."""
+    return 4 * width * width + 2 * mlp_ratio * width * width + 2 * width
+
+
+def inject_params(config: LoopedConfig) -> int:
+    """Linear injection u = W [e; h] with W of shape d x 2d; additive and none have no parameters."""
+    return 2 * config.width * config.width if config.injection == "linear" else 0
+
+
+def count_params(config: LoopedConfig) -> ParamCounts:
+    """Closed-form parameter counts of ``LoopedLM(config)`` by group (no module is built)."""
+    d = config.width
+    block = block_params(d, config.mlp_ratio)
+    recur_norm = d if config.looped else 0  # the norm at the end of every recurrence exists only when looped
+    groups = dict(
+        embedding=config.vocab_size * d,
+        lm_head=config.vocab_size * d,
+        prelude=config.n_prelude * block,
+        recur=config.n_recur * block + recur_norm,
+        coda=config.n_coda * block,
+        inject=inject_params(config),
+        scalars=2 * d,
+    )
+    return ParamCounts(**groups, total=sum(groups.values()))
+
+
+def attention_flops_per_layer(config: LoopedConfig, backward: bool = True) -> int:
+    """Attention score and value FLOPs per token per layer: 4 h q T forward (QK^T and AV), x3 with backward.
+
+    Counted full T (not halved for the causal mask), as the paper does.
+    """
+    forward = 4 * config.n_heads * config.head_dim * config.seq_len
+    return 3 * forward if backward else forward
+
+
+def flops_per_token(config: LoopedConfig) -> int:
+    """Training FLOPs per token (forward + backward), PAPER.md's formula with truncated backprop."""
+    p = count_params(config)
+    head = p.lm_head + config.width  # LM head matrix + the final norm before it
+    per_recurrence = p.recur + p.inject
+    k = config.grad_recurrences
+    matmul = 6 * (p.prelude + p.coda + head) + 6 * k * per_recurrence + 2 * (config.r - k) * per_recurrence
+    grad_layers = config.n_prelude + config.n_coda + k * config.n_recur
+    nograd_layers = (config.r - k) * config.n_recur
+    attention = (grad_layers * attention_flops_per_layer(config)
+                 + nograd_layers * attention_flops_per_layer(config, backward=False))
+    return matmul + attention
+
+
+def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> int:
+    """Training tokens D that a budget of ``flops`` buys, in whole optimizer steps of ``batch_tokens``.
+
+    D = floor(C / (F * batch_tokens)) * batch_tokens, so the run never spends more than C and falls short by
+    less than one step. Returns 0 when the budget does not buy a single step.
+    """
+    if flops <= 0:
+        raise ValueError(f"FLOP budget must be positive, got {flops}")
+    if batch_tokens <= 0:
+        raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+    steps = int(flops // (flops_per_token(config) * batch_tokens))
+    return steps * batch_tokens

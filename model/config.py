@@ -1,0 +1,143 @@
+"""One dataclass for every looped-transformer shape.
+
+The paper's template (Schwethelm et al. 2026, "How Much Is One Recurrence Worth?", Sec. 3): effective depth
+``L_eff = n_prelude + r * n_recur + n_coda`` is held fixed (20). With r = 1 the model is a plain stack of 20
+unique layers with no injection; with r > 1 it is 2 prelude layers, a shared block of (16 / r) layers run r
+times, and 2 coda layers. Width ``d = width_unit * s`` rounded up to a multiple of the head dim (64 and 128 in
+the paper), heads = d / head_dim.
+
+Derived sizes are properties and never written back into fields, so a config round-trips through
+``dataclasses.asdict`` / pickling unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+INJECTIONS = ("linear", "additive", "none")
+
+
+@dataclass(frozen=True)
+class LoopedConfig:
+    """Shape of a prelude / recurrent block / coda language model.
+
+    Fields are exactly what a user chooses; ``n_heads``, ``effective_depth``, ``looped`` and
+    ``mlp_hidden`` are derived.
+
+    ``bptt_k``: truncated backprop through recurrences. ``None`` (default) back-propagates through all r
+    recurrences; ``k`` in [1, r] lets only the last k recurrences carry gradients, the first r - k run
+    forward-only (the paper's Delta-phi case study uses k = ceil(r / 2)).
+    """
+
+    width: int
+    r: int = 1
+    n_prelude: int = 2
+    n_recur: int = 16
+    n_coda: int = 2
+    head_dim: int = 128
+    vocab_size: int = 32064
+    seq_len: int = 2048
+    injection: str = "none"
+    bptt_k: int | None = None
+    mlp_ratio: int = 4
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-6
+    logit_softcap: float = 15.0
+
+    def __post_init__(self) -> None:
+        _require(self.width > 0, f"width must be positive, got {self.width}")
+        _require(self.head_dim > 0 and self.head_dim % 2 == 0,
+                 f"head_dim must be a positive even number (RoPE rotates pairs), got {self.head_dim}")
+        _require(self.width % self.head_dim == 0,
+                 f"width {self.width} is not a multiple of head_dim {self.head_dim}")
+        _require(self.r >= 1, f"r must be >= 1, got {self.r}")
+        _require(self.n_recur >= 1, f"n_recur must be >= 1, got {self.n_recur}")
+        _require(self.n_prelude >= 0 and self.n_coda >= 0, "n_prelude and n_coda must be >= 0")
+        _require(self.injection in INJECTIONS, f"injection must be one of {INJECTIONS}, got {self.injection!r}")
+        _require(self.r > 1 or self.injection == "none",
+                 "r = 1 is a plain transformer: injection must be 'none'")
+        _require(self.bptt_k is None or 1 <= self.bptt_k <= self.r,
+                 f"bptt_k must be None or in [1, r={self.r}], got {self.bptt_k}")
+        _require(self.vocab_size >= 2 and self.seq_len >= 1, "vocab_size >= 2 and seq_len >= 1 required")
+
+    # ---- derived sizes -------------------------------------------------------------------------------
+    @property
+    def n_heads(self) -> int:
+        return self.width // self.head_dim
+
+    @property
+    def looped(self) -> bool:
+        """r > 1: the shared block is reused, with injection and a norm at the end of every recurrence."""
+        return self.r > 1
+
+    @property
+    def effective_depth(self) -> int:
+        """L_eff = n_prelude + r * n_recur + n_coda (the number of block applications per token)."""
+        return self.n_prelude + self.r * self.n_recur + self.n_coda
+
+    @property
+    def n_unique_layers(self) -> int:
+        return self.n_prelude + self.n_recur + self.n_coda
+
+    @property
+    def mlp_hidden(self) -> int:
+        return self.mlp_ratio * self.width
+
+    @property
+    def grad_recurrences(self) -> int:
+        """How many recurrences carry gradients (the last ``bptt_k``, or all r)."""
+        return self.r if self.bptt_k is None else self.bptt_k
+
+    # ---- constructors --------------------------------------------------------------------------------
+    @classmethod
+    def iso_depth(cls, s: float, r: int, *, depth: int = 20, prelude: int = 2, coda: int = 2,
+                  width_unit: int = 64, head_dim: int = 128, seq_len: int = 2048, vocab_size: int = 32064,
+                  injection: str = "linear", bptt_k: int | None = None, **extra: Any) -> "LoopedConfig":
+        """The paper's iso-depth template at width multiplier ``s`` and recurrence count ``r``.
+
+        width = ceil(width_unit * s / head_dim) * head_dim. r = 1 gives ``depth`` unique layers
+        (split prelude / recur / coda only for naming; no injection, no recurrence norm). r > 1 gives
+        ``prelude`` + (depth - prelude - coda) / r shared layers run r times + ``coda``.
+        """
+        _require(s > 0, f"width multiplier s must be positive, got {s}")
+        _require(width_unit > 0, f"width_unit must be positive, got {width_unit}")
+        shared = depth - prelude - coda
+        _require(shared >= 1, f"depth {depth} leaves no shared layers after prelude {prelude} and coda {coda}")
+        _require(shared % r == 0,
+                 f"r={r} does not divide the shared depth {shared} (= depth {depth} - prelude {prelude} - coda {coda})")
+        width = math.ceil(width_unit * s / head_dim) * head_dim
+        return cls(width=width, r=r, n_prelude=prelude, n_recur=shared // r, n_coda=coda, head_dim=head_dim,
+                   vocab_size=vocab_size, seq_len=seq_len, injection=injection if r > 1 else "none",
+                   bptt_k=bptt_k if r > 1 else None, **extra)
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> "LoopedConfig":
+        """A named preset from ``PRESETS`` with optional field overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+        kind, args = PRESETS[name]
+        cfg = cls.iso_depth(**args) if kind == "iso_depth" else cls(**args)
+        return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+# Named shapes are data: (constructor, arguments). The paper's s=10 models (d=640) and CPU-sized shapes that
+# the demo and the tests use (byte vocabulary, effective depth 8 = 2 + 4 + 2).
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{f"paper-s10-r{r}": ("iso_depth", {"s": 10, "r": r}) for r in (1, 2, 4, 8)},
+    **{f"paper-s20-r{r}": ("iso_depth", {"s": 20, "r": r}) for r in (1, 2, 4, 8)},
+    **{f"cpu-d64-r{r}": ("iso_depth", {"s": 4, "r": r, "depth": 8, "width_unit": 16, "head_dim": 16,
+                                        "seq_len": 128, "vocab_size": 256}) for r in (1, 2, 4)},
+    "tiny-r2": ("iso_depth", {"s": 2, "r": 2, "depth": 6, "width_unit": 16, "head_dim": 16, "seq_len": 32,
+                              "vocab_size": 64}),
+}

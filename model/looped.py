@@ -1,0 +1,190 @@
+"""The looped transformer: prelude -> shared block run r times -> coda (Schwethelm et al. 2026, Sec. 3).
+
+Block: pre-norm RMSNorm (learnable scale), attention with RoPE then parameter-free QK RMSNorm, squared-ReLU
+MLP 4d wide, no biases. Model-level RMSNorms after the embedding, at the end of every recurrence (looped
+models only) and before the untied LM head; logits soft-capped ``c * tanh(x / c)`` in fp32.
+
+Injection of the prelude output e into every recurrence (state h):
+  linear    u_t = W [e ; h_t], W (d x 2d) initialised [I | 0], h_0 = e
+  additive  u_t = h_t + e, h_0 = 0
+  none      u_t = h_t, h_0 = e
+The shared block maps u_t to the next state, h_{t+1} = norm(block(u_t)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import LoopedConfig
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable scale vector (initialised to ones)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+
+
+def rotary_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables of shape (T, head_dim / 2) for rotating the two halves of each head."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (x1, x2) halves of the last dim by position; x is (B, H, T, head_dim)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LoopedConfig):
+        super().__init__()
+        d = config.width
+        self.n_heads, self.head_dim, self.eps = config.n_heads, config.head_dim, config.norm_eps
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        # (B, T, d) -> (B, H, T, head_dim)
+        q, k, v = (p(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
+        q, k = apply_rotary(q, cos[:T], sin[:T]), apply_rotary(k, cos[:T], sin[:T])
+        q = F.rms_norm(q, (self.head_dim,), eps=self.eps)  # QK-norm after RoPE, no parameters
+        k = F.rms_norm(k, (self.head_dim,), eps=self.eps)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash kernels on GPU
+        return self.o(y.transpose(1, 2).reshape(B, T, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LoopedConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.width, config.mlp_hidden, bias=False)
+        self.proj = nn.Linear(config.mlp_hidden, config.width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.relu(self.fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config: LoopedConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.width, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.width, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LoopedLM(nn.Module):
+    """Language model of shape ``config``; ``forward(idx)`` -> logits, ``forward(idx, targets)`` -> loss.
+
+    Submodules are named after the loop's parts so parameter groups read straight off them:
+    ``embed, embed_norm, prelude, core, inject, recur_norm, coda, final_norm, lm_head``.
+    """
+
+    def __init__(self, config: LoopedConfig):
+        super().__init__()
+        self.config = config
+        d = config.width
+        self.embed = nn.Embedding(config.vocab_size, d)
+        self.embed_norm = RMSNorm(d, config.norm_eps)
+        self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
+        self.core = nn.ModuleList(Block(config) for _ in range(config.n_recur))
+        self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
+        self.inject = nn.Linear(2 * d, d, bias=False) if config.injection == "linear" else None
+        self.recur_norm = RMSNorm(d, config.norm_eps) if config.looped else None
+        self.final_norm = RMSNorm(d, config.norm_eps)
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+        cos, sin = rotary_tables(config.seq_len, config.head_dim, config.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """The paper's init: embedding N(0, 1); LM head N(0, 1e-3); block matrices U(+-sqrt(3/d)) except the
+        MLP output U(+-sqrt(3/(4d))); norm scales 1; linear injection [I | 0] so that u_1 = e."""
+        d = self.config.width
+        nn.init.normal_(self.embed.weight, 0.0, 1.0)
+        nn.init.normal_(self.lm_head.weight, 0.0, 1e-3)
+        bound, out_bound = math.sqrt(3 / d), math.sqrt(3 / self.config.mlp_hidden)
+        for block in self.blocks():
+            for lin in (block.attn.q, block.attn.k, block.attn.v, block.attn.o, block.mlp.fc):
+                nn.init.uniform_(lin.weight, -bound, bound)
+            nn.init.uniform_(block.mlp.proj.weight, -out_bound, out_bound)
+        if self.inject is not None:
+            self.inject.weight.zero_()
+            self.inject.weight[:, :d].copy_(torch.eye(d))
+        for module in self.modules():
+            if isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def blocks(self) -> list[Block]:
+        return [*self.prelude, *self.core, *self.coda]
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by optimizer group: ``embedding``, ``lm_head``, ``matrices`` (block and injection
+        weights) and ``norms`` (every RMSNorm scale). Every parameter is in exactly one group."""
+        norms = [m.weight for m in self.modules() if isinstance(m, RMSNorm)]
+        norm_ids = {id(p) for p in norms}
+        special = {id(self.embed.weight), id(self.lm_head.weight)} | norm_ids
+        matrices = [p for p in self.parameters() if id(p) not in special]
+        return {"embedding": [self.embed.weight], "lm_head": [self.lm_head.weight], "matrices": matrices,
+                "norms": norms}
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets."""
+        cos, sin = self.rope_cos, self.rope_sin
+        x = self.embed_norm(self.embed(idx))
+        for block in self.prelude:
+            x = block(x, cos, sin)
+        x = self._recur(x, cos, sin) if self.config.looped else self._run(self.core, x, cos, sin)
+        for block in self.coda:
+            x = block(x, cos, sin)
+        logits = self.lm_head(self.final_norm(x)).float()
+        cap = self.config.logit_softcap
+        logits = cap * torch.tanh(logits / cap)
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    @staticmethod
+    def _run(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        for block in blocks:
+            x = block(x, cos, sin)
+        return x
+
+    def _recur(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Run the shared block r times on the prelude output e; the first r - k run without gradients."""
+        cfg = self.config
+        h = torch.zeros_like(e) if cfg.injection == "additive" else e
+        no_grad_steps = cfg.r - cfg.grad_recurrences
+        for step in range(cfg.r):
+            with torch.no_grad() if step < no_grad_steps else contextlib.nullcontext():
+                h = self.recurrence(e, h, cos, sin)
+        return h
+
+    def recurrence(self, e: torch.Tensor, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """One application of the shared block: inject e into the state h, run the block, normalise."""
+        if self.config.injection == "linear":
+            u = self.inject(torch.cat((e, h), dim=-1))
+        elif self.config.injection == "additive":
+            u = h + e
+        else:
+            u = h
+        return self.recur_norm(self._run(self.core, u, cos, sin))

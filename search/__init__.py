@@ -1,0 +1,1 @@
+"""Sweep specs, search spaces, the Ray Tune + Optuna + MLflow glue, and the ``loopscale`` CLI."""

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Everything the test suite needs on a fresh machine (Debian, Python 3.11, root), then the suite itself.
+# This is the README's test command; .ci/run calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build on this kind of machine.
+python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+python -m pytest "$@"
