@@ -1,0 +1,115 @@
+"""``loopscale ui``: the MLflow UI on the store the sweeps used.
+
+It runs ``mlflow server`` as a child process, bound to 127.0.0.1 unless the user asks for another host (then with
+a warning and MLflow's Host-header guard set to that host), prints the URL of the experiment and stops the server
+cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+
+
+def experiment_url(base: str, experiment_id: str | None) -> str:
+    """The experiment's runs table; MLflow 3 otherwise opens its GenAI trace view, empty for training runs."""
+    if not experiment_id:
+        return f"{base}/#/experiments?workflowType=machine_learning"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
+    """The ``mlflow server`` command line; artifacts stay where each experiment put them."""
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri, "--host", host,
+           "--port", str(port), "--workers", "1"]
+    if host != LOOPBACK:
+        # MLflow rejects unknown Host headers (DNS-rebinding guard); allow the name the user chose and loopback.
+        cmd += ["--allowed-hosts", f"{host},{host}:{port},localhost:{port},{LOOPBACK}:{port}"]
+    return cmd
+
+
+def wait_healthy(base: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with code {proc.returncode} before it answered")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"mlflow server did not answer {base}/health within {timeout_s:.0f} s")
+
+
+def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000,
+                 timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """Start the server in its own process group and wait until /health answers; returns (process, base URL)."""
+    if not port_is_free(host, port):
+        raise ValueError(f"port {port} on {host} is in use; pick another with --port")
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
+        raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # ~7 s faster start, no job runner
+    proc = subprocess.Popen(server_command(tracking_uri, host, port), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://{LOOPBACK if host in (LOOPBACK, '0.0.0.0') else host}:{port}"
+    try:
+        wait_healthy(base, proc, timeout_s)
+    except RuntimeError as err:
+        stop_server(proc)
+        detail = (proc.stderr.read() or "").strip().splitlines()[-1:] if proc.stderr else []
+        raise RuntimeError(f"{err}{': ' + detail[0] if detail else ''}") from None
+    return proc, base
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Terminate the server's whole process group (gunicorn/uvicorn workers included)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the UI the same way Ctrl-C does
+
+
+def serve(tracking_uri: str, host: str, port: int, experiment_id: str | None) -> int:
+    """Run the UI until Ctrl-C / SIGTERM; returns the exit code."""
+    if host != LOOPBACK:
+        print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
+              "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)
+    proc, base = start_server(tracking_uri, host, port)
+    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {tracking_uri}; Ctrl-C stops it)", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(proc)
+    print("MLflow UI stopped.")
+    return 0
