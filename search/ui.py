@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -37,10 +38,11 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    """The ``mlflow server`` command line; artifacts stay where each experiment put them."""
+def server_command(tracking_uri: str, host: str, port: int, extra_args: tuple[str, ...] = ()) -> list[str]:
+    """The ``mlflow server`` command line; artifacts stay where each experiment put them unless
+    ``extra_args`` say otherwise (e.g. ``--artifacts-destination``, ``--app-name basic-auth``)."""
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri, "--host", host,
-           "--port", str(port), "--workers", "1"]
+           "--port", str(port), "--workers", "1", *extra_args]
     if host != LOOPBACK:
         # MLflow rejects unknown Host headers (DNS-rebinding guard); allow the name the user chose and loopback.
         cmd += ["--allowed-hosts", f"{host},{host}:{port},localhost:{port},{LOOPBACK}:{port}"]
@@ -62,23 +64,28 @@ def wait_healthy(base: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise RuntimeError(f"mlflow server did not answer {base}/health within {timeout_s:.0f} s")
 
 
-def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000,
-                 timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
-    """Start the server in its own process group and wait until /health answers; returns (process, base URL)."""
+def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, timeout_s: float = 90.0,
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """Start ``mlflow server`` in its own process group and wait until /health answers.
+
+    Returns (process, base URL). ``env`` adds variables (e.g. MLFLOW_AUTH_CONFIG_PATH for the basic-auth app)."""
     if not port_is_free(host, port):
         raise ValueError(f"port {port} on {host} is in use; pick another with --port")
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
-        raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # ~7 s faster start, no job runner
-    proc = subprocess.Popen(server_command(tracking_uri, host, port), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # No job runner: ~7 s faster start, and nothing here uses it.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
+    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: an unread pipe would stall the server
+    proc = subprocess.Popen(server_command(tracking_uri, host, port, extra_args), env=env, start_new_session=True,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://{LOOPBACK if host in (LOOPBACK, '0.0.0.0') else host}:{port}"
     try:
         wait_healthy(base, proc, timeout_s)
     except RuntimeError as err:
         stop_server(proc)
-        detail = (proc.stderr.read() or "").strip().splitlines()[-1:] if proc.stderr else []
-        raise RuntimeError(f"{err}{': ' + detail[0] if detail else ''}") from None
+        log.seek(0)
+        last = log.read().strip().splitlines()[-1:]
+        raise RuntimeError(f"{err}{': ' + last[0] if last else ''}") from None
+    finally:
+        log.close()  # the child keeps its own handle
     return proc, base
 
 
@@ -99,6 +106,8 @@ def _interrupt(signum, frame) -> None:
 
 def serve(tracking_uri: str, host: str, port: int, experiment_id: str | None) -> int:
     """Run the UI until Ctrl-C / SIGTERM; returns the exit code."""
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
+        raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
     if host != LOOPBACK:
         print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
               "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)

@@ -3,6 +3,11 @@
 # This is the README's test command; .ci/run calls it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Debian's Chromium (browser test) and PostgreSQL (shared MLflow server test), only when missing.
+if ! command -v chromium >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium postgresql >/dev/null
+fi
 # The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build on this kind of machine.
 python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[test]"
