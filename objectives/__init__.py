@@ -1,6 +1,16 @@
 """What ONE trial does: data -> train to a FLOP budget -> metrics, or the simulated law."""
 
+from .data_cache import data_fingerprint, open_packed, prepare_data
+from .data_spec import validate_data, vocab_size_of
+from .data_synthetic import synthetic_entropy_floor
+from .peak import device_peak_flops
+from .recipe import RECIPE_DEFAULTS, validate_recipe
 from .simulate import simulate
+from .train import train
 from .trial import METRIC_KEYS, model_config
 
-__all__ = ["METRIC_KEYS", "model_config", "simulate"]
+__all__ = [
+    "METRIC_KEYS", "RECIPE_DEFAULTS", "data_fingerprint", "device_peak_flops", "model_config", "open_packed",
+    "prepare_data", "simulate", "synthetic_entropy_floor", "train", "validate_data", "validate_recipe",
+    "vocab_size_of",
+]

@@ -36,5 +36,5 @@ def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
     z = random.Random(hashlib.sha256(key.encode()).digest()).gauss(0.0, 1.0)
     loss = math.exp(math.log(clean) + (noise / clean) * z)
     nan = float("nan")
-    return {**metrics, "val_loss": loss, "train_loss": loss, "s": float(trial_config["s"]), "lr": nan,
-            "tokens_per_s": nan, "mfu": nan, "wall_s": 0.0, "status": "ok"}
+    return {**metrics, "val_loss": loss, "val_bpb": nan, "train_loss": loss, "s": float(trial_config["s"]),
+            "lr": nan, "tokens_per_s": nan, "mfu": nan, "wall_s": 0.0, "status": "ok", "reason": ""}

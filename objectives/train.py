@@ -1,0 +1,177 @@
+"""The training trial: build the trial's model, train it for exactly the tokens its FLOP budget buys, evaluate.
+
+D comes from ``model.tokens_for_budget`` (whole optimizer steps of ``batch_tokens``, never more than C), so
+``flops_spent = F * D`` is within one step of the budget. Validation loss is the mean cross-entropy in nats per
+token over the sweep's fixed validation rows (every target of every row), plus bits per byte for text.
+
+Trial config keys beyond ``objectives.trial`` (defaults in brackets)::
+
+    data          dict   data source spec (objectives.data_spec) [{"source": "kjv"}]
+    recipe        dict   optimizer / schedule options (objectives.recipe) [paper-like defaults]
+    device        str    "auto" | "cpu" | "cuda" | "cuda:1" ... ["auto"]
+    num_threads   int    torch threads for this trial, from the resources Ray gives it [torch's default]
+    cache_dir     str    packed-data cache shared by the sweep [objectives.data_cache.default_cache_dir()]
+    val_tokens    int    size of the fixed validation set in target tokens [65536]
+    seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
+                         which every trial of a sweep shares
+
+A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss ends the trial early with
+``status = "diverged"`` and a ``reason``; it is returned, never raised. Steps, tokens and FLOPs then count
+what was actually trained.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from model import LoopedConfig, LoopedLM, runtime
+
+from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
+from .peak import device_peak_flops
+from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
+from .trial import accounting_metrics, model_config
+
+DEFAULT_VAL_TOKENS = 65_536
+
+Report = Callable[[dict[str, Any]], None]
+
+
+def trial_data(trial_config: dict[str, Any], config: LoopedConfig) -> tuple[PackedData, int]:
+    """(memory-mapped data, rows per optimizer step) of a trial; builds the cache if no driver did."""
+    seq_len = config.seq_len
+    batch_tokens = int(trial_config["batch_tokens"])
+    if batch_tokens % seq_len:
+        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {seq_len}")
+    cache_dir = trial_config.get("cache_dir") or default_cache_dir()
+    fingerprint = prepare_data(trial_config.get("data"), seq_len, cache_dir,
+                               int(trial_config.get("val_tokens", DEFAULT_VAL_TOKENS)))
+    packed = open_packed(cache_dir, fingerprint)
+    if packed.meta["vocab_size"] > config.vocab_size:
+        raise ValueError(f"data vocabulary {packed.meta['vocab_size']} exceeds the model's vocab_size "
+                         f"{config.vocab_size}")
+    return packed, batch_tokens // seq_len
+
+
+def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
+    """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring)."""
+    started = time.perf_counter()
+    config = model_config(trial_config)
+    recipe = normalize_recipe(trial_config.get("recipe"))
+    batch_tokens = int(trial_config["batch_tokens"])
+    if batch_tokens % config.seq_len:
+        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {config.seq_len}")
+    plan = accounting_metrics(config, trial_config["budget_flops"], batch_tokens)
+    if plan["steps"] == 0:
+        raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step of "
+                         f"{batch_tokens} tokens at width {config.width}")
+    micro_rows = _micro_rows(recipe, batch_tokens, config.seq_len)
+    if trial_config.get("num_threads"):
+        torch.set_num_threads(int(trial_config["num_threads"]))
+    device = runtime.pick_device(trial_config.get("device", "auto"))
+    packed, rows_per_step = trial_data(trial_config, config)
+
+    torch.manual_seed(int(trial_config.get("seed", 0)))
+    model = LoopedLM(config).to(device)
+    optimizers = build_optimizers(model, recipe)
+    step_model, _ = runtime.maybe_compile(model, device, recipe["compile"])
+    loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows)
+
+    train_started = time.perf_counter()
+    outcome = loop.run(plan["steps"], batch_tokens, report)
+    train_wall = time.perf_counter() - train_started
+
+    steps_done = outcome["steps"]
+    tokens = steps_done * batch_tokens
+    flops_spent = float(plan["flops_per_token"] * tokens)
+    reason = outcome["reason"]
+    val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows)
+    if not reason and not math.isfinite(val_loss):
+        reason = f"validation loss {val_loss} after step {steps_done}"
+    peak = device_peak_flops(device)
+    bytes_per_token = packed.meta["bytes_per_token"]
+    return {
+        **plan,
+        "tokens": tokens, "steps": steps_done, "flops_spent": flops_spent,
+        "val_loss": val_loss,
+        "val_bpb": val_loss / math.log(2) / bytes_per_token if bytes_per_token else float("nan"),
+        "train_loss": outcome["train_loss"],
+        "s": float(trial_config["s"]),
+        "lr": group_lrs(recipe, config.width)["matrices"],
+        "tokens_per_s": tokens / train_wall if train_wall > 0 else float("nan"),
+        "mfu": flops_spent / train_wall / peak if train_wall > 0 else float("nan"),
+        "wall_s": time.perf_counter() - started,
+        "status": "diverged" if reason else "ok",
+        "reason": reason,
+    }
+
+
+class _TrainLoop:
+    """The optimizer-step loop; the host reads the loss only every ``log_every`` steps (and after step 0)."""
+
+    def __init__(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], packed: PackedData,
+                 recipe: dict[str, Any], device: torch.device, rows_per_step: int, micro_rows: int):
+        self.model, self.optimizers, self.packed, self.recipe = model, optimizers, packed, recipe
+        self.device, self.rows_per_step, self.micro_rows = device, rows_per_step, micro_rows
+
+    def run(self, steps: int, batch_tokens: int, report: Report | None) -> dict[str, Any]:
+        recipe, n_micro = self.recipe, self.rows_per_step // self.micro_rows
+        window = torch.zeros((), device=self.device)  # summed step losses since the last check
+        window_steps, first_loss, last_mean = 0, None, float("nan")
+        for step in range(steps):
+            set_lr(self.optimizers, lr_multiplier(recipe, step, steps))
+            batch = torch.from_numpy(self.packed.train_batch(step, self.rows_per_step)).to(self.device,
+                                                                                             non_blocking=True)
+            for micro in batch.split(self.micro_rows):
+                with runtime.autocast(self.device, recipe["bf16"]):
+                    loss = self.model(micro[:, :-1], micro[:, 1:])
+                (loss / n_micro).backward()
+                window += loss.detach() / n_micro
+            for optimizer in self.optimizers:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            window_steps += 1
+            if step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps:
+                last_mean = window.item() / window_steps
+                window.zero_()
+                window_steps = 0
+                first_loss = last_mean if first_loss is None else first_loss
+                reason = _divergence(last_mean, first_loss, recipe["diverge_factor"], step + 1)
+                if reason:
+                    return {"steps": step + 1, "train_loss": last_mean, "reason": reason}
+                if report is not None:
+                    report({"train_loss": last_mean, "step": step + 1, "tokens": (step + 1) * batch_tokens})
+        return {"steps": steps, "train_loss": last_mean, "reason": ""}
+
+
+def _divergence(loss: float, first_loss: float, factor: float, step: int) -> str:
+    """Why the run counts as diverged at ``step``, or "" if it does not."""
+    if not math.isfinite(loss):
+        return f"train loss {loss} at step {step}"
+    if loss > factor * first_loss:
+        return f"train loss {loss:.3f} at step {step} exceeds {factor:g} x the first loss {first_loss:.3f}"
+    return ""
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, packed: PackedData, device: torch.device, bf16: bool, rows: int) -> float:
+    """Mean cross-entropy (nats per token) over every target of the fixed validation rows."""
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    for start in range(0, len(packed.val), rows):
+        chunk = torch.from_numpy(packed.val[start:start + rows].astype("int64")).to(device, non_blocking=True)
+        with runtime.autocast(device, bf16):
+            total += model(chunk[:, :-1], chunk[:, 1:]).double() * len(chunk)
+    return float(total.item() / len(packed.val))
+
+
+def _micro_rows(recipe: dict[str, Any], batch_tokens: int, seq_len: int) -> int:
+    """Rows per micro-batch; the micro-batch must be whole rows and divide the batch."""
+    micro = recipe["micro_batch"] or batch_tokens
+    if micro % seq_len or batch_tokens % micro:
+        raise ValueError(f"recipe.micro_batch {micro} must be a multiple of seq_len {seq_len} and divide "
+                         f"batch_tokens {batch_tokens}")
+    return micro // seq_len

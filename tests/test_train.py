@@ -1,0 +1,157 @@
+"""The real training trial on CPU (tiny shapes, small budgets, the embedded KJV bytes) and its recipe."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from model import LoopedConfig, LoopedLM, flops_per_token
+from objectives import METRIC_KEYS, RECIPE_DEFAULTS, device_peak_flops, simulate, train, validate_recipe
+from objectives.peak import peak_description
+from objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe
+from objectives.train import trial_data
+from objectives.trial import model_config
+
+T = 128
+BATCH = 4096
+TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=16, head_dim=16, seq_len=T, vocab_size=256)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("train-cache"))
+
+
+def trial(cache_dir, s, r, budget, **extra):
+    return dict(budget_flops=budget, s=s, r=r, template=TEMPLATE, batch_tokens=BATCH, seed=0,
+                data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=8192, num_threads=1, **extra)
+
+
+@pytest.fixture(scope="module")
+def small(cache_dir):
+    """d = 32, r = 2 at 2e11 FLOPs (~46 steps of 4k tokens), with the progress reports it made."""
+    reports = []
+    return train(trial(cache_dir, 2, 2, 2e11), report=reports.append), reports
+
+
+def test_trial_finishes_within_one_step_of_its_budget_and_beats_unigram(small, cache_dir):
+    metrics, reports = small
+    config = trial(cache_dir, 2, 2, 2e11)
+    packed, _ = trial_data(config, model_config(config))
+    assert set(metrics) == set(METRIC_KEYS) == set(simulate(trial(cache_dir, 2, 2, 2e11)))
+    assert metrics["status"] == "ok" and metrics["reason"] == ""
+    step_flops = metrics["flops_per_token"] * BATCH
+    assert 0 <= metrics["budget_flops"] - metrics["flops_spent"] < step_flops
+    assert metrics["flops_spent"] == metrics["flops_per_token"] * metrics["tokens"] == step_flops * metrics["steps"]
+    unigram = packed.meta["unigram_entropy"]  # ~3.0 nats per byte for the KJV
+    assert metrics["val_loss"] < unigram - 0.5, (metrics["val_loss"], unigram)
+    assert metrics["val_bpb"] == pytest.approx(metrics["val_loss"] / math.log(2))
+    assert 0 < metrics["mfu"] < 1 and metrics["tokens_per_s"] > 0 and metrics["wall_s"] > 0
+    assert metrics["lr"] == group_lrs(normalize_recipe({}), 32)["matrices"]
+    # progress: every log_every steps and at the end, counting steps and tokens
+    assert [r["step"] for r in reports] == [1] + list(range(10, metrics["steps"], 10)) + [metrics["steps"]]
+    assert all(r["tokens"] == r["step"] * BATCH and math.isfinite(r["train_loss"]) for r in reports)
+    assert reports[-1]["train_loss"] < reports[0]["train_loss"] - 1.0
+
+
+@pytest.mark.slow
+def test_larger_budget_at_the_same_width_lowers_the_loss(small, cache_dir):
+    bigger = train(trial(cache_dir, 2, 2, 6e11))
+    assert bigger["steps"] >= 3 * small[0]["steps"] - 1
+    assert bigger["val_loss"] < small[0]["val_loss"] - 0.1, (bigger["val_loss"], small[0]["val_loss"])
+
+
+def test_larger_width_at_a_small_budget_is_undertrained(small, cache_dir):
+    """At 2e11 FLOPs the d = 32 model is near its compute-optimal size; d = 128 (16x the parameters) gets
+    under a third of the tokens and ends clearly worse: it sits far right of the IsoFLOP minimum."""
+    wide = train(trial(cache_dir, 8, 2, 2e11))
+    assert wide["N"] > 10 * small[0]["N"] and wide["tokens"] < small[0]["tokens"] / 3
+    assert wide["val_loss"] > small[0]["val_loss"] + 0.1, (wide["val_loss"], small[0]["val_loss"])
+
+
+def test_absurd_learning_rate_diverges_without_raising(cache_dir):
+    recipe = {"lr": 1e3, "embedding_lr": 1e4, "head_lr": 1e4, "norm_lr": 1e4, "log_every": 2}
+    metrics = train(trial(cache_dir, 2, 2, 2e11, recipe=recipe))
+    assert set(metrics) == set(METRIC_KEYS)
+    assert metrics["status"] == "diverged" and metrics["reason"]
+    assert math.isnan(metrics["val_loss"]) and metrics["steps"] < 20
+
+
+def test_gradient_accumulation_matches_the_whole_batch(cache_dir):
+    """Micro-batches of 1k tokens give the same training as whole 4k batches (up to float rounding)."""
+    whole = train(trial(cache_dir, 2, 2, 3e10, recipe={"optimizer": "adamw"}))
+    accumulated = train(trial(cache_dir, 2, 2, 3e10, recipe={"optimizer": "adamw", "micro_batch": 1024}))
+    assert whole["steps"] == accumulated["steps"] >= 5
+    assert accumulated["val_loss"] == pytest.approx(whole["val_loss"], abs=2e-3)
+
+
+def test_budget_too_small_and_bad_batch_fail_before_work(cache_dir):
+    with pytest.raises(ValueError, match="buys no optimizer step"):
+        train(trial(cache_dir, 2, 2, 1e6))
+    with pytest.raises(ValueError, match="not a multiple of seq_len"):
+        train(dict(trial(cache_dir, 2, 2, 2e11), batch_tokens=4000))
+    with pytest.raises(ValueError, match="micro_batch 1000 must be a multiple"):
+        train(trial(cache_dir, 2, 2, 2e11, recipe={"micro_batch": 1000}))
+
+
+def test_schedules():
+    paper = normalize_recipe({})
+    assert paper["warmup_frac"] == 0.0
+    assert lr_multiplier(paper, 0, 100) == 1.0 and lr_multiplier(paper, 99, 100) == pytest.approx(0.1)
+    assert lr_multiplier(paper, 50, 101) == pytest.approx(0.55)
+    cosine = normalize_recipe({"schedule": "cosine", "warmup_frac": 0.1})
+    values = [lr_multiplier(cosine, s, 100) for s in range(100)]
+    assert values[0] == pytest.approx(0.1) and values[9] == 1.0
+    assert values[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(values[9:], values[10:]))
+
+
+def test_width_transfer_and_optimizer_groups():
+    recipe = normalize_recipe({"ref_width": 64})
+    at_ref, at_4x = group_lrs(recipe, 64), group_lrs(recipe, 256)
+    assert at_ref["embedding"] == 0.3 and at_4x["embedding"] == pytest.approx(0.15)  # (d / d_ref)^-0.5
+    assert at_4x["lm_head"] == pytest.approx(0.002) and at_4x["norms"] == pytest.approx(0.0025)
+    assert at_4x["matrices"] == at_ref["matrices"]  # Muon's rate is not transferred
+    adamw = normalize_recipe({"optimizer": "adamw", "ref_width": 64, "base_lr": 0.004})
+    assert group_lrs(adamw, 256)["matrices"] == pytest.approx(0.002)
+    assert group_lrs(normalize_recipe({"lr": 0.01}), 256)["matrices"] == 0.01  # given, not derived
+
+    model = LoopedLM(LoopedConfig.iso_depth(2, 2, **TEMPLATE))
+    optimizers = build_optimizers(model, normalize_recipe({}))
+    names = {type(o).__name__ for o in optimizers}
+    assert names == ({"AdamW", "Muon"} if hasattr(torch.optim, "Muon") else {"AdamW"})
+    covered = [p for o in optimizers for g in o.param_groups for p in g["params"]]
+    assert len(covered) == len({id(p) for p in covered}) == len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("recipe, message", [
+    ({"lr": -1.0}, "recipe.lr must be > 0"),
+    ({"learning_rate": 0.1}, "unknown key 'learning_rate'"),
+    ({"shedule": "paper"}, "did you mean 'schedule'?"),
+    ({"schedule": "cosin"}, "did you mean 'cosine'?"),
+    ({"optimizer": "sgd"}, "choose one of muon, adamw"),
+    ({"betas": [0.9]}, "recipe.betas must be two numbers"),
+    ({"micro_batch": 1.5}, "recipe.micro_batch must be an integer"),
+    ({"diverge_factor": 1.0}, "recipe.diverge_factor must be > 1"),
+    ({"final_lr_frac": 2}, "recipe.final_lr_frac must be in [0, 1]"),
+    ({"bf16": "yes"}, "recipe.bf16 must be true or false"),
+    ([], "recipe must be a table"),
+])
+def test_bad_recipes_fail_with_one_clear_line(recipe, message):
+    with pytest.raises(ValueError) as err:
+        validate_recipe(recipe)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert RECIPE_DEFAULTS["betas"] == (0.8, 0.95)
+
+
+def test_cpu_peak_is_measured_once():
+    cpu = torch.device("cpu")
+    peak = device_peak_flops(cpu)
+    assert 1e9 < peak < 1e13 and "measured fp32 matmul" in peak_description(cpu)
+    assert device_peak_flops(cpu) == peak  # measured once per process and thread count
+
+
+def test_flops_per_token_is_the_model_s_own(small):
+    config = LoopedConfig.iso_depth(2, 2, **TEMPLATE)
+    assert small[0]["flops_per_token"] == flops_per_token(config)
