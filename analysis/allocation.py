@@ -1,0 +1,136 @@
+"""Compute-optimal allocation tables from a fitted (or published) joint law.
+
+For a budget C and r, the template fixes every size as a function of width d (``analysis.sizes``, read off
+``model``), and tokens follow from the budget, D = C / F(d). The compute-optimal width minimises
+
+    L(d) = E + A * (N_once(d) + r^phi N_rec(d))^(-alpha) + B * (C / F(d))^(-beta)
+
+over a continuous d (a grid in log d, then Brent's method); ``width_built`` is the better of the two buildable
+widths (multiples of head_dim) around it, trained for whole optimizer steps (``model.tokens_for_budget``).
+
+Columns next to the optimum answer the paper's questions (PAPER.md, worked example: r = 4 with 410M unique
+parameters performs like a 580M non-looped model, (4 + 4^0.46 * 4) / 20 ~ 0.58, at the training cost of a 1B
+one):
+  tokens_per_param         D / N (unique parameters)
+  tokens_per_flop_param    D / (F / 6): tokens per parameter as the compute counts them (a looped block
+                           counts r times), the ratio that stays comparable across r at equal cost
+  loss_gap_to_r1           L*_r(C) - L*_1(C), nats
+  same_cost_r1_N           N of the non-looped model with the same FLOPs per token (same C, same D)
+  equiv_r1_width / _flops  the non-looped model with N = N_eff (same predicted loss on the same D tokens) and
+                           the compute it needs, F_1(d_eq) * D
+  r1_optimal_flops_to_match  the budget at which the compute-optimal non-looped model reaches the same loss
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq, minimize_scalar
+
+from model import JointLaw, tokens_for_budget
+
+from .fit import LawFit
+from .sizes import PAPER_BATCH_TOKENS, SizeCurve
+
+LOG_WIDTH_RANGE = (np.log(8.0), np.log(1e6))
+
+
+def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: dict[str, Any] | None = None,
+                     batch_tokens: int = PAPER_BATCH_TOKENS) -> pd.DataFrame:
+    """One row per (budget, r): the compute-optimal model under ``fit``'s law for the iso-depth ``template``
+    (default: the paper's)."""
+    law = fit.law if isinstance(fit, LawFit) else fit
+    budgets = [float(c) for c in budgets]
+    recurrences = [int(r) for r in recurrences]
+    if not budgets or not recurrences:
+        raise ValueError("allocation needs at least one budget and one r")
+    if not all(np.isfinite(c) and c > 0 for c in budgets):
+        raise ValueError(f"budgets must be positive FLOP counts, got {budgets}")
+    if batch_tokens <= 0:
+        raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+    curves = {r: SizeCurve.from_model(r, template) for r in {1, *recurrences}}
+    rows = []
+    for budget in budgets:
+        base_width = optimal_width(law, curves[1], budget)
+        base_loss = _loss(law, curves[1], base_width, budget)
+        for r in recurrences:
+            rows.append(_row(law, curves[r], curves[1], budget, base_loss, batch_tokens))
+    return pd.DataFrame(rows)
+
+
+def optimal_width(law: JointLaw, curve: SizeCurve, budget: float) -> float:
+    """The continuous width minimising the predicted loss at ``budget``."""
+    grid = np.linspace(*LOG_WIDTH_RANGE, 400)
+    losses = _loss(law, curve, np.exp(grid), budget)
+    i = int(np.argmin(losses))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    result = minimize_scalar(lambda u: float(_loss(law, curve, np.exp(u), budget)), bounds=(lo, hi),
+                             method="bounded", options={"xatol": 1e-10})
+    return float(np.exp(result.x))
+
+
+def _loss(law: JointLaw, curve: SizeCurve, width, budget: float):
+    sizes = curve.sizes(width)
+    return law.loss(sizes["N_once"], sizes["N_rec"], curve.r, budget / sizes["F"])
+
+
+def _row(law: JointLaw, curve: SizeCurve, base: SizeCurve, budget: float, base_loss: float,
+         batch_tokens: int) -> dict[str, Any]:
+    width = optimal_width(law, curve, budget)
+    sizes = curve.sizes(width)
+    tokens = budget / sizes["F"]
+    loss = float(law.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens))
+    n_eff = float(law.n_eff(sizes["N_once"], sizes["N_rec"], curve.r))
+    built = _built(law, curve, width, budget, batch_tokens)
+    same_cost_width = base.width_where("F", sizes["F"])
+    equiv_width = float(base.width_where("N", n_eff))
+    return {
+        "budget_flops": budget, "r": curve.r, "s": width / curve.width_unit, "width": width,
+        "N_once": float(sizes["N_once"]), "N_rec": float(sizes["N_rec"]), "N": float(sizes["N"]), "N_eff": n_eff,
+        "tokens": tokens, "tokens_per_param": tokens / float(sizes["N"]),
+        "tokens_per_flop_param": 6 * tokens / float(sizes["F"]), "flops_per_token": float(sizes["F"]),
+        "loss": loss, "loss_gap_to_r1": loss - base_loss, **built,
+        "same_cost_r1_N": float(base.sizes(same_cost_width)["N"]),
+        "equiv_r1_width": equiv_width, "equiv_r1_flops": float(base.sizes(equiv_width)["F"]) * tokens,
+        "r1_optimal_flops_to_match": _budget_to_reach(law, base, loss, budget),
+    }
+
+
+def _built(law: JointLaw, curve: SizeCurve, width: float, budget: float, batch_tokens: int) -> dict[str, Any]:
+    """The better buildable model next to the continuous optimum, trained for whole steps."""
+    unit = curve.head_dim
+    candidates = {max(unit, int(np.floor(width / unit)) * unit), max(unit, int(np.ceil(width / unit)) * unit)}
+    best = None
+    for w in sorted(candidates):
+        config = curve.config(w)
+        tokens = tokens_for_budget(config, budget, batch_tokens)
+        if tokens == 0:
+            continue
+        sizes = curve.sizes(w)
+        loss = float(law.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens))
+        if best is None or loss < best["loss_built"]:
+            best = {"width_built": w, "s_built": w / curve.width_unit, "tokens_built": tokens,
+                    "flops_built": float(sizes["F"]) * tokens, "loss_built": loss}
+    return best or {"width_built": np.nan, "s_built": np.nan, "tokens_built": 0, "flops_built": 0.0,
+                    "loss_built": np.nan}
+
+
+def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float) -> float:
+    """The budget C' with L*_1(C') = loss (L*_1 falls monotonically with compute)."""
+    if loss <= law.E:
+        return np.inf
+
+    def gap(log_c: float) -> float:
+        c = np.exp(log_c)
+        return float(_loss(law, base, optimal_width(law, base, c), c)) - loss
+
+    lo, hi = np.log(budget) - 2.0, np.log(budget) + 2.0
+    while gap(lo) < 0:
+        lo -= 2.0
+    while gap(hi) > 0:
+        hi += 2.0
+        if hi > np.log(budget) + 60:
+            return np.inf
+    return float(np.exp(brentq(gap, lo, hi, xtol=1e-10)))

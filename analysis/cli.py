@@ -1,0 +1,200 @@
+"""The analysis subcommands of ``loopscale``: analyze, export, compare.
+
+``register(subparsers)`` adds them to the main parser (search/cli.py); each sets ``func`` to a function of the
+parsed arguments returning an exit code. Bad input raises ValueError with one line, before anything is
+written; ``main`` (and the top-level CLI) prints it and exits 2. ``python -m analysis.cli`` runs them alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from model import PAPER_LAW
+
+from .allocation import allocation_table
+from .compare import compare_runs, excluded_text
+from .fit import DATA_MODES, FitOptions, fit_joint_law
+from .report import analyze, template_mismatch
+from .runs import load_runs, template_of, usable_runs
+from .tables import FORMATS, render
+
+PAPER_BUDGETS = (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
+DEFAULT_OUT = Path("loopscale-runs") / "analysis"
+
+
+def register(subparsers) -> None:
+    """Add ``analyze``, ``export`` and ``compare`` to an argparse subparsers object."""
+    analyze_p = subparsers.add_parser(
+        "analyze", help="fit a sweep: per-cell optima, frontier, the joint law with phi, tables and plots",
+        description="Read a sweep's runs from MLflow (or a CSV/parquet runs table), find each (budget, r) cell's "
+                    "IsoFLOP optimum and the Pareto frontier, fit the joint law L = E + A N_eff^-alpha + "
+                    "B D^-beta with N_eff = N_once + r^phi N_rec (plus phi = 0, phi = 1 and per-r fits), and "
+                    "write the tables (CSV, Markdown, LaTeX, JSON) and plots (PNG). When read from MLflow, the "
+                    "output is also logged as the artifacts of an 'analysis' run in the sweep's experiment, "
+                    "replacing the previous one.")
+    analyze_p.add_argument("--experiment", required=True,
+                           help="MLflow experiment (= sweep name), or the path of a runs table (.csv/.parquet)")
+    _tracking_argument(analyze_p)
+    analyze_p.add_argument("--out", type=Path, default=None,
+                           help=f"output folder (default: {DEFAULT_OUT}/<experiment>)")
+    analyze_p.add_argument("--budgets", type=_floats, default=None,
+                           help="budgets of the allocation table, comma-separated (default: the sweep's)")
+    analyze_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
+                           help="recurrence counts of the allocation table, comma-separated (default: the sweep's)")
+    analyze_p.add_argument("--no-log", action="store_true", help="do not log the results to MLflow")
+    _fit_arguments(analyze_p)
+    analyze_p.set_defaults(func=run_analyze)
+
+    export_p = subparsers.add_parser(
+        "export", help="write the compute-optimal allocation table for chosen budgets and r",
+        description="Compute-optimal width, N, N_eff, tokens, tokens per parameter, predicted loss, gap to r = 1 "
+                    "and the equivalent non-looped model, for each budget and r, under a sweep's fitted law or "
+                    "the paper's published one. Writes to --out or standard output.")
+    source = export_p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
+    source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
+    _tracking_argument(export_p)
+    export_p.add_argument("--budgets", type=_floats, default=None,
+                          help="FLOP budgets, comma-separated, e.g. 1e18,1e19 (default: the sweep's, or the "
+                               "paper's six)")
+    export_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
+                          help="recurrence counts, comma-separated (default: the sweep's, or 1,2,4,8)")
+    export_p.add_argument("--format", choices=list(FORMATS), default="csv", help="table format (default csv)")
+    export_p.add_argument("--out", type=Path, default=None, help="output file (default: standard output)")
+    _fit_arguments(export_p, bootstrap_default=0)
+    export_p.set_defaults(func=run_export)
+
+    compare_p = subparsers.add_parser(
+        "compare", help="Delta-phi between two sweeps, with a bootstrap interval and a verdict",
+        description="Fit the joint law to two sweeps (e.g. a new injection or truncated backprop against the "
+                    "baseline) and report Delta-phi = phi_B - phi_A with the interval of the difference of their "
+                    "block-bootstrap draws. A sweep without r = 1 runs borrows the other's; both are restricted "
+                    "to their common budgets unless --all-budgets.")
+    compare_p.add_argument("experiment_a", help="baseline sweep: MLflow experiment or runs table file")
+    compare_p.add_argument("experiment_b", help="sweep to compare: MLflow experiment or runs table file")
+    _tracking_argument(compare_p)
+    compare_p.add_argument("--all-budgets", action="store_true",
+                           help="fit each sweep on all its budgets, not only the shared ones")
+    _fit_arguments(compare_p)
+    compare_p.set_defaults(func=run_compare)
+
+
+def _tracking_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI, sqlite:///path/mlflow.db or http(s)://server "
+                             "(default: the search's, sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+
+
+def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 200) -> None:
+    group = parser.add_argument_group("fit")
+    group.add_argument("--data", choices=DATA_MODES, default="all",
+                       help="fit all runs, only the per-r Pareto frontier, or the per-cell optima (default all)")
+    group.add_argument("--stage", default="search",
+                       help="fit only runs of this stage; 'all' for every stage (default search)")
+    group.add_argument("--n-starts", type=int, default=500, help="random optimiser starts (default 500)")
+    group.add_argument("--n-bootstrap", type=int, default=bootstrap_default,
+                       help=f"block-bootstrap resamples over (budget, r) cells (default {bootstrap_default})")
+    group.add_argument("--seed", type=int, default=0, help="seed of the starts and the bootstrap (default 0)")
+
+
+def _options(args: argparse.Namespace) -> FitOptions:
+    return FitOptions(data=args.data, stage=None if args.stage == "all" else args.stage, n_starts=args.n_starts,
+                      n_bootstrap=args.n_bootstrap, seed=args.seed)
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    options = _options(args)
+    runs = load_runs(args.experiment, args.tracking_uri)
+    name = Path(args.experiment).stem if runs.attrs.get("tracking_uri") is None else args.experiment
+    result = analyze(runs, name=name, options=options, budgets=args.budgets, recurrences=args.recurrences)
+    out = args.out or DEFAULT_OUT / name
+    written = result.write(out)
+    print(result.summary_text())
+    print(f"wrote {len(written)} files to {out}")
+    if runs.attrs.get("tracking_uri") is not None and not args.no_log:
+        from .tracking import log_analysis
+
+        metrics, params, tags = result.mlflow_record()
+        run_id, replaced = log_analysis(args.experiment, runs.attrs["tracking_uri"], out, metrics=metrics,
+                                        params=params, tags=tags)
+        print(f"logged to MLflow run {run_id} of experiment {args.experiment!r}"
+              + (f" (replaced {len(replaced)} earlier analysis run(s))" if replaced else ""))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    if args.law == "paper":
+        law, template, batch_tokens = PAPER_LAW, None, None
+        budgets = args.budgets or list(PAPER_BUDGETS)
+        recurrences = args.recurrences or [1, 2, 4, 8]
+    else:
+        runs = load_runs(args.experiment, args.tracking_uri)
+        options = _options(args)
+        used = usable_runs(runs, stage=options.stage)
+        template, batch_tokens, _ = template_of(runs)
+        mismatch = template_mismatch(used, template)
+        if mismatch:
+            raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
+        law = fit_joint_law(runs, options=options)
+        print(f"{args.experiment}: fitted {law.n_runs} runs, phi {law.phi:.3f} [{law.status.value}]; excluded "
+              f"{excluded_text(runs, options.stage)}", file=sys.stderr)
+        budgets = args.budgets or sorted(used["budget_flops"].unique())
+        recurrences = args.recurrences or sorted(int(r) for r in used["r"].unique())
+    extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
+    table = allocation_table(law, budgets, recurrences, template=template, **extra)
+    text = render(table, args.format)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(f"wrote {len(table)} rows to {args.out}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    options = _options(args)
+    runs_a = load_runs(args.experiment_a, args.tracking_uri)
+    runs_b = load_runs(args.experiment_b, args.tracking_uri)
+    result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
+                          all_budgets=args.all_budgets)
+    print(result.text())
+    return 0
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The three subcommands on their own (the full CLI is ``loopscale``)."""
+    parser = argparse.ArgumentParser(prog="loopscale", description="loopscale analysis commands")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        print(f"loopscale: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,430 @@
+"""Fitting the iso-depth joint law with phi, the paper's way (Schwethelm et al. 2026; PAPER.md,
+"The law and how it is fitted").
+
+The law (``model.law``)::
+
+    L = E + A * N_eff^(-alpha) + B * D^(-beta),   N_eff = N_once + r^phi * N_rec
+
+is fitted in log-sum-exp form, with A = e^a, B = e^b, E = e^e::
+
+    log L_hat = LSE(a - alpha * log N_eff,  b - beta * log D,  e)
+
+minimising the Huber loss (delta = 1e-3) of ``log L_hat - log L`` SUMMED over runs (a mean makes the gradient
+tiny and L-BFGS stops early, the flaw Besiroglu et al. 2024 found in Chinchilla's fit). Bounds (paper):
+a, b in [-5, 35]; alpha, beta in [0, 2.5]; e in [-3, 2]; phi in [-3, 3]. Best of many random starts; the
+uncertainty is a block bootstrap over (budget, r) cells: resample whole cells with replacement and refit.
+
+All starts and all bootstrap resamples run as one batch (``analysis.optimize``) on the analytic gradient
+(``objective``); the best start is then polished by scipy's L-BFGS-B. The returned ``LawFit`` says whether the
+optimum is trustworthy: ``status`` is STOPPED_EARLY when the projected gradient at the answer is still large,
+AT_BOUND when a free parameter sits on its bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from model import JointLaw
+
+from .frontier import pareto_frontier
+from .isoflop import cell_optima
+from .optimize import BatchResult, Stop, minimize_batch
+from .runs import usable_runs
+
+# Internal parameter order of theta; the public constants are (E, A, alpha, B, beta, phi).
+THETA = ("a", "alpha", "b", "beta", "e", "phi")
+CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
+DATA_MODES = ("all", "frontier", "optima")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Box bounds of the log-space parameters (the paper's)."""
+
+    a: tuple[float, float] = (-5.0, 35.0)
+    alpha: tuple[float, float] = (0.0, 2.5)
+    b: tuple[float, float] = (-5.0, 35.0)
+    beta: tuple[float, float] = (0.0, 2.5)
+    e: tuple[float, float] = (-3.0, 2.0)
+    phi: tuple[float, float] = (-3.0, 3.0)
+
+    def __post_init__(self) -> None:
+        for name in THETA:
+            lo, hi = getattr(self, name)
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+                raise ValueError(f"bounds for {name} must be finite with lower <= upper, got ({lo}, {hi})")
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) in THETA order."""
+        pairs = np.array([getattr(self, name) for name in THETA], dtype=float)
+        return pairs[:, 0], pairs[:, 1]
+
+
+DEFAULT_BOUNDS = Bounds()
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How ``fit_joint_law`` fits. Defaults follow the paper.
+
+    data: "all" runs, only the per-r Pareto "frontier", or the per-cell IsoFLOP "optima" (analysis.isoflop).
+    stage: only runs of this stage are fitted (None: every stage).
+    fix_phi: hold phi at this value (0 and 1 are the paper's restricted fits; a per-r fit with phi = 0 is a
+        plain Chinchilla fit on N = N_once + N_rec).
+    bootstrap_starts: starts per bootstrap resample: the full-data optimum plus the next-best distinct local
+        minima found by the main fit.
+    """
+
+    delta: float = 1e-3
+    n_starts: int = 500
+    max_iter: int = 10_000
+    n_bootstrap: int = 200
+    bootstrap_starts: int = 4
+    confidence: float = 0.95
+    seed: int = 0
+    bounds: Bounds = DEFAULT_BOUNDS
+    fix_phi: float | None = None
+    data: str = "all"
+    stage: str | None = "search"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.delta > 0, f"delta must be positive, got {self.delta}"),
+            (self.n_starts >= 1, f"n_starts must be >= 1, got {self.n_starts}"),
+            (self.max_iter >= 1, f"max_iter must be >= 1, got {self.max_iter}"),
+            (self.n_bootstrap >= 0, f"n_bootstrap must be >= 0, got {self.n_bootstrap}"),
+            (self.bootstrap_starts >= 1, f"bootstrap_starts must be >= 1, got {self.bootstrap_starts}"),
+            (0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}"),
+            (self.data in DATA_MODES, f"data must be one of {DATA_MODES}, got {self.data!r}"),
+            (self.fix_phi is None or np.isfinite(self.fix_phi), f"fix_phi must be finite, got {self.fix_phi}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+DEFAULT_FIT_OPTIONS = FitOptions()
+
+
+class FitStatus(enum.Enum):
+    CONVERGED = "converged"
+    AT_BOUND = "at_bound"            # a free parameter sits on its bound: the optimum may lie outside
+    STOPPED_EARLY = "stopped_early"  # the projected gradient at the answer is not small
+
+
+@dataclass(frozen=True, eq=False)
+class LawFit:
+    """A fitted joint law with its diagnostics. ``ci`` holds the bootstrap percentile interval of every constant."""
+
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+    phi: float
+    phi_ci: tuple[float, float]
+    ci: dict[str, tuple[float, float]]
+    r2: float                        # 1 - SS_res / SS_tot of the loss in nats over the fitted rows
+    rmse: float                      # nats
+    rmse_per_r: dict[int, float]
+    max_residual: float              # largest |L - L_hat|, nats
+    huber: float                     # the minimised objective
+    status: FitStatus
+    message: str
+    at_bound: tuple[str, ...]
+    fixed_phi: float | None
+    data: str
+    n_runs: int
+    n_cells: int
+    n_starts: int
+    n_starts_at_best: int            # starts that ended at the best objective: evidence of a global optimum
+    n_bootstrap: int
+    bootstrap_stopped_early: int
+    confidence: float
+    bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order
+
+    @property
+    def law(self) -> JointLaw:
+        return JointLaw(E=self.E, A=self.A, alpha=self.alpha, B=self.B, beta=self.beta, phi=self.phi)
+
+    def predict(self, runs: pd.DataFrame) -> np.ndarray:
+        """Predicted loss (nats) of each row of a runs table."""
+        return np.asarray(self.law.loss(runs["N_once"].to_numpy(float), runs["N_rec"].to_numpy(float),
+                                        runs["r"].to_numpy(float), runs["tokens"].to_numpy(float)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the bootstrap draws are summarised by ``ci``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bootstrap"}
+        out["status"] = self.status.value
+        out["phi_ci"] = list(self.phi_ci)
+        out["ci"] = {k: list(v) for k, v in self.ci.items()}
+        out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
+        out["at_bound"] = list(self.at_bound)
+        return out
+
+
+@dataclass(frozen=True)
+class FitData:
+    """The arrays a fit works on, one entry per run."""
+
+    r: np.ndarray
+    n_once: np.ndarray
+    n_rec: np.ndarray
+    log_d: np.ndarray
+    log_l: np.ndarray
+    cell: np.ndarray   # integer code of the run's (budget, r) cell
+
+    @classmethod
+    def from_runs(cls, runs: pd.DataFrame) -> "FitData":
+        cells = runs.groupby(["budget_flops", "r"], sort=True).ngroup().to_numpy()
+        return cls(r=runs["r"].to_numpy(float), n_once=runs["N_once"].to_numpy(float),
+                   n_rec=runs["N_rec"].to_numpy(float), log_d=np.log(runs["tokens"].to_numpy(float)),
+                   log_l=np.log(runs["val_loss"].to_numpy(float)), cell=cells)
+
+    @property
+    def n_cells(self) -> int:
+        return int(self.cell.max()) + 1
+
+
+def objective(theta: np.ndarray, data: FitData, weights: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted summed Huber loss of the log-sum-exp law and its analytic gradient, for K parameter sets.
+
+    theta (K, 6) in THETA order, weights (K, n) (ones, or bootstrap multiplicities). Returns f (K,), grad (K, 6).
+    With t1 = a - alpha log N_eff, t2 = b - beta log D, t3 = e, softmax weights w_i = exp(t_i - LSE) and
+    psi = clip(residual, -delta, delta) (the Huber derivative):
+    df/da = sum psi w1, df/dalpha = -sum psi w1 log N_eff, df/db = sum psi w2, df/dbeta = -sum psi w2 log D,
+    df/de = sum psi w3, df/dphi = -alpha sum psi w1 r^phi log(r) N_rec / N_eff.
+    """
+    a, alpha, b, beta, e, phi = (col[:, None] for col in theta.T)  # each (K, 1)
+    log_r = np.log(data.r)
+    r_phi = np.exp(phi * log_r)
+    n_eff = data.n_once + r_phi * data.n_rec
+    log_n_eff = np.log(n_eff)
+    t1 = a - alpha * log_n_eff
+    t2 = b - beta * data.log_d
+    t3 = np.broadcast_to(e, t1.shape)
+    top = np.maximum(np.maximum(t1, t2), t3)  # shift for a stable log-sum-exp
+    e1, e2, e3 = np.exp(t1 - top), np.exp(t2 - top), np.exp(t3 - top)
+    total = e1 + e2 + e3
+    residual = top + np.log(total) - data.log_l
+    size = np.abs(residual)
+    huber = np.where(size <= delta, 0.5 * residual * residual, delta * (size - 0.5 * delta))
+    f = (weights * huber).sum(axis=1)
+    psi = weights * np.clip(residual, -delta, delta) / total
+    p1, p2, p3 = psi * e1, psi * e2, psi * e3
+    dlog_neff_dphi = r_phi * log_r * data.n_rec / n_eff
+    grad = np.stack([p1.sum(1), -(p1 * log_n_eff).sum(1), p2.sum(1), -(p2 * data.log_d).sum(1), p3.sum(1),
+                     -(alpha[:, 0] * (p1 * dlog_neff_dphi).sum(1))], axis=1)
+    return f, grad
+
+
+def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS, **overrides: Any) -> LawFit:
+    """Fit the joint law to a runs table (``analysis.load_runs``); keyword overrides replace ``options`` fields.
+
+    Only rows with status "ok" (and of ``options.stage``) are fitted; ``options.data`` picks all of them, the
+    per-r Pareto frontier or the per-cell IsoFLOP optima.
+    """
+    options = with_overrides(options, overrides)
+    table = fit_rows(runs, options)
+    data = FitData.from_runs(table)
+    lower, upper = options.bounds.arrays()
+    if options.fix_phi is not None:
+        lower[5] = upper[5] = options.fix_phi
+    n_free = int((upper > lower).sum())
+    if len(table) <= n_free:
+        raise ValueError(f"{len(table)} runs cannot determine {n_free} free parameters")
+    if upper[5] > lower[5] and np.unique(data.r).size < 2:
+        raise ValueError("phi is not identifiable from runs with a single r; fix it (fix_phi)")
+
+    rng = np.random.default_rng(options.seed)
+    ones = np.ones((1, len(table)))
+    starts = lower + (upper - lower) * rng.random((options.n_starts, len(THETA)))
+    main = minimize_batch(lambda x, rows: objective(x, data, np.broadcast_to(ones, (len(rows), ones.shape[1])),
+                                                     options.delta),
+                          starts, lower, upper, max_iter=options.max_iter)
+    best = int(np.argmin(main.f))
+    theta, f_best = _polish(main.x[best], main.f[best], data, lower, upper, options)
+    at_best = int((main.f <= f_best * (1 + 1e-6) + 1e-12).sum())
+
+    draws, boot_stopped = _bootstrap(theta, main, data, lower, upper, options, rng)
+    return _summarise(theta, f_best, table, data, lower, upper, options, at_best, draws, boot_stopped,
+                      main.stop[best])
+
+
+def with_overrides(options: FitOptions, overrides: dict[str, Any]) -> FitOptions:
+    """``options`` with some fields replaced; an unknown field is a ValueError."""
+    try:
+        return dataclasses.replace(options, **overrides)
+    except TypeError as err:
+        raise ValueError(f"unknown fit option: {err}") from None
+
+
+def fit_rows(runs: pd.DataFrame, options: FitOptions) -> pd.DataFrame:
+    """The rows a fit uses: usable runs, or their per-r frontier, or their per-cell optima as pseudo-runs."""
+    table = usable_runs(runs, stage=options.stage)
+    if table.empty:
+        raise ValueError("no usable runs to fit (none with status 'ok'"
+                         + (f" in stage {options.stage!r})" if options.stage else ")"))
+    if options.data == "frontier":
+        table = pareto_frontier(table, per_r=True, overall=False, stage=None)
+    elif options.data == "optima":
+        optima = cell_optima(table, stage=None, n_bootstrap=0).table
+        if optima.empty or not (optima["status"] == "ok").any():
+            raise ValueError("no (budget, r) cell has an interior IsoFLOP optimum to fit")
+        optima = optima[optima["status"] == "ok"]
+        table = pd.DataFrame({"r": optima["r"], "budget_flops": optima["budget_flops"],
+                              "N_once": optima["N_once_opt"], "N_rec": optima["N_rec_opt"],
+                              "tokens": optima["D_opt"], "val_loss": optima["L_opt"]})
+    return table.reset_index(drop=True)
+
+
+def _polish(theta: np.ndarray, f: float, data: FitData, lower: np.ndarray, upper: np.ndarray,
+            options: FitOptions) -> tuple[np.ndarray, float]:
+    """scipy's L-BFGS-B from the best batched start; keep whichever point is lower."""
+    ones = np.ones((1, data.r.size))
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = objective(x[None], data, ones, options.delta)
+        return float(value[0]), grad[0]
+
+    result = minimize(fun, theta, jac=True, method="L-BFGS-B", bounds=list(zip(lower, upper)),
+                      options={"maxiter": options.max_iter, "ftol": 1e-15, "gtol": 1e-12})
+    if np.isfinite(result.fun) and result.fun < f:
+        return np.asarray(result.x), float(result.fun)
+    return theta, float(f)
+
+
+def _bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.ndarray, upper: np.ndarray,
+               options: FitOptions, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Block bootstrap over (budget, r) cells: B resamples x a few starts, all in one batch.
+
+    Returns the (B, 6) best theta of each resample and how many of those stopped at the iteration limit.
+    """
+    n_boot = options.n_bootstrap
+    if n_boot == 0:
+        return np.empty((0, len(THETA))), 0
+    n_cells = data.n_cells
+    picks = rng.integers(0, n_cells, size=(n_boot, n_cells))
+    counts = np.stack([np.bincount(p, minlength=n_cells) for p in picks])
+    weights = counts[:, data.cell].astype(float)  # (B, n) multiplicity of each run in each resample
+    seeds = _distinct_minima(theta, main, options.bootstrap_starts)
+    per = len(seeds)
+    starts = np.tile(seeds, (n_boot, 1))
+    rows_weights = np.repeat(weights, per, axis=0)
+    result = minimize_batch(lambda x, rows: objective(x, data, rows_weights[rows], options.delta),
+                            starts, lower, upper, max_iter=options.max_iter, groups=np.repeat(np.arange(n_boot), per))
+    f = result.f.reshape(n_boot, per)
+    choice = np.argmin(f, axis=1)
+    flat = np.arange(n_boot) * per + choice
+    return result.x[flat], int((result.stop[flat] == Stop.MAX_ITER).sum())
+
+
+def _distinct_minima(theta: np.ndarray, main: BatchResult, count: int) -> np.ndarray:
+    """The optimum plus up to count - 1 other end points of the main fit, best first, pairwise distinct."""
+    chosen = [theta]
+    for i in np.argsort(main.f):
+        if len(chosen) >= count:
+            break
+        if all(np.abs(main.x[i] - c).max() > 1e-3 for c in chosen):
+            chosen.append(main.x[i])
+    return np.array(chosen)
+
+
+def _summarise(theta: np.ndarray, f_best: float, table: pd.DataFrame, data: FitData, lower: np.ndarray,
+               upper: np.ndarray, options: FitOptions, at_best: int, draws: np.ndarray, boot_stopped: int,
+               best_stop: int) -> LawFit:
+    constants = _constants(theta[None])[0]
+    law = JointLaw(**dict(zip(CONSTANTS, constants)))
+    observed = np.exp(data.log_l)
+    predicted = np.asarray(law.loss(data.n_once, data.n_rec, data.r, np.exp(data.log_d)))
+    error = observed - predicted
+    r2 = 1.0 - float((error ** 2).sum() / ((observed - observed.mean()) ** 2).sum())
+    rmse_per_r = {int(r): float(np.sqrt(np.mean(error[data.r == r] ** 2))) for r in np.unique(data.r)}
+
+    free = upper > lower
+    width = np.where(free, upper - lower, 1.0)
+    near = free & ((theta - lower <= 1e-6 * width) | (upper - theta <= 1e-6 * width))
+    at_bound = tuple(THETA[i] for i in np.flatnonzero(near))
+    _, grad = objective(theta[None], data, np.ones((1, data.r.size)), options.delta)
+    grad = grad[0] * (free & ~near)
+    projected = float(np.abs(grad).max())
+    # The gradient of the summed Huber loss scales as n * delta; 1e-6 of that is a converged fit.
+    tolerance = 1e-6 * data.r.size * options.delta
+    if projected > tolerance:
+        status = FitStatus.STOPPED_EARLY
+        message = (f"projected gradient {projected:.2e} > {tolerance:.1e} "
+                   f"(best start stopped: {Stop(best_stop).name.lower()})")
+    elif at_bound:
+        status = FitStatus.AT_BOUND
+        message = f"{', '.join(at_bound)} at a bound of {options.bounds}"
+    else:
+        status = FitStatus.CONVERGED
+        message = f"projected gradient {projected:.1e}; {at_best}/{options.n_starts} starts reached the optimum"
+
+    boot = _constants(draws)
+    tail = 100 * (1 - options.confidence) / 2
+    if len(boot):
+        lo, hi = np.percentile(boot, [tail, 100 - tail], axis=0)
+    else:
+        lo = hi = np.full(len(CONSTANTS), np.nan)
+    ci = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(CONSTANTS)}
+    return LawFit(**dict(zip(CONSTANTS, map(float, constants))), phi_ci=ci["phi"], ci=ci, r2=r2,
+                  rmse=float(np.sqrt(np.mean(error ** 2))), rmse_per_r=rmse_per_r,
+                  max_residual=float(np.abs(error).max()), huber=f_best, status=status, message=message,
+                  at_bound=at_bound, fixed_phi=options.fix_phi, data=options.data, n_runs=len(table),
+                  n_cells=data.n_cells, n_starts=options.n_starts, n_starts_at_best=at_best,
+                  n_bootstrap=len(boot), bootstrap_stopped_early=boot_stopped, confidence=options.confidence,
+                  bootstrap=boot)
+
+
+def _constants(theta: np.ndarray) -> np.ndarray:
+    """(K, 6) theta (a, alpha, b, beta, e, phi) -> (K, 6) constants (E, A, alpha, B, beta, phi)."""
+    a, alpha, b, beta, e, phi = theta.T
+    return np.stack([np.exp(e), np.exp(a), alpha, np.exp(b), beta, phi], axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class FitSuite:
+    """The joint fit next to the paper's comparisons: phi fixed at 0 and at 1, and a Chinchilla fit per r."""
+
+    joint: LawFit
+    phi0: LawFit
+    phi1: LawFit
+    per_r: dict[int, LawFit]
+
+    def table(self) -> pd.DataFrame:
+        """One row per fit: the constants, phi's interval, R^2, RMSE, max residual, status."""
+        rows = [("joint", self.joint), ("phi=0", self.phi0), ("phi=1", self.phi1)]
+        rows += [(f"r={r} (Chinchilla)", fit) for r, fit in sorted(self.per_r.items())]
+        return pd.DataFrame([{"fit": name, "E": f.E, "A": f.A, "alpha": f.alpha, "B": f.B, "beta": f.beta,
+                              "phi": f.phi, "phi_lo": f.phi_ci[0], "phi_hi": f.phi_ci[1], "r2": f.r2,
+                              "rmse": f.rmse, "max_residual": f.max_residual, "n_runs": f.n_runs,
+                              "status": f.status.value} for name, f in rows])
+
+
+def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS, **overrides: Any) -> FitSuite:
+    """``fit_joint_law`` with bootstrap, the restricted fits (phi = 0, phi = 1) and per-r Chinchilla fits.
+
+    The comparison fits skip the bootstrap: only the joint fit's interval is reported. A per-r fit is
+    L = E + A N^-alpha + B D^-beta on that r's runs (phi fixed at 0 makes N_eff = N_once + N_rec = N);
+    r values with too few runs for five parameters are left out.
+    """
+    options = with_overrides(options, overrides)
+    joint = fit_joint_law(runs, options=options)
+    quick = dataclasses.replace(options, n_bootstrap=0)
+    phi0 = fit_joint_law(runs, options=quick, fix_phi=0.0)
+    phi1 = fit_joint_law(runs, options=quick, fix_phi=1.0)
+    usable = usable_runs(runs, stage=options.stage)
+    per_r = {}
+    for r in sorted(usable["r"].unique()):
+        subset = usable[usable["r"] == r]
+        if len(fit_rows(subset, options)) > 5:
+            per_r[int(r)] = fit_joint_law(subset, options=quick, fix_phi=0.0)
+    return FitSuite(joint=joint, phi0=phi0, phi1=phi1, per_r=per_r)

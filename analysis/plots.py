@@ -1,0 +1,169 @@
+"""The analysis figures, drawn with matplotlib's object API on the Agg canvas (no pyplot, no global state).
+
+isoflop_figure      loss against N in each (budget, r) cell, the cell's parabola and its optimum
+frontier_figure     loss against training FLOPs, the Pareto frontier per r and the law's compute-optimal curve
+law_figure          the law's L*(C) and N*(C) per r against the per-cell IsoFLOP optima
+residual_figure     observed minus predicted loss of every fitted run
+phi_figure          the block-bootstrap distribution of phi with the point estimate and interval
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from .fit import LawFit
+from .frontier import training_flops
+from .isoflop import IsoflopResult
+
+
+def _figure(width: float = 7.5, height: float = 5.0) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save(fig: Figure, path: Path) -> Path:
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def _color(i: int) -> str:
+    return f"C{i % 10}"
+
+
+def _grid(fig: Figure, n: int):
+    cols = min(n, 2)
+    rows = int(np.ceil(n / cols))
+    return np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
+
+
+def isoflop_figure(runs: pd.DataFrame, optima: IsoflopResult) -> Figure:
+    """One panel per r: each budget's runs, its parabola in log N and the optimum with its interval."""
+    table = optima.table
+    rs = sorted(runs["r"].unique().astype(int))
+    fig = _figure(9.0, 3.6 * int(np.ceil(len(rs) / 2)))
+    budgets = sorted(runs["budget_flops"].unique())
+    axes = _grid(fig, len(rs))
+    for ax, r in zip(axes, rs):
+        for i, budget in enumerate(budgets):
+            cell = runs[(runs["r"] == r) & (runs["budget_flops"] == budget)]
+            if cell.empty:
+                continue
+            n = cell["N_once"] + cell["N_rec"]
+            ax.scatter(n, cell["val_loss"], s=14, color=_color(i), label=f"C={budget:.3g}")
+            match = table[(table["r"] == r) & (table["budget_flops"] == budget)]
+            if match.empty or "c2" not in match or not np.isfinite(match["c2"].iloc[0]):
+                continue
+            row = match.iloc[0]
+            x = np.linspace(row["logN_min"], row["logN_max"], 100)
+            u = x - row["x_center"]
+            ax.plot(np.exp(x), row["c0"] + row["c1"] * u + row["c2"] * u * u, color=_color(i), lw=1)
+            if row["status"] == "ok":
+                err = None
+                if np.isfinite(row.get("N_lo", np.nan)):
+                    # a percentile interval need not contain the point estimate: clip to keep bars drawable
+                    err = np.clip([[row["N_opt"] - row["N_lo"]], [row["N_hi"] - row["N_opt"]]], 0, None)
+                ax.errorbar([row["N_opt"]], [row["L_opt"]], xerr=err, fmt="*", ms=10, color=_color(i),
+                            mec="black", mew=0.5)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels of a short log range overlap
+        ax.set_title(f"r = {r}")
+        ax.set_xlabel("unique non-embedding parameters N")
+        ax.set_ylabel("validation loss (nats)")
+    for ax in axes[len(rs):]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("IsoFLOP curves: parabola in log N per (budget, r); stars: interior optima")
+    return fig
+
+
+def frontier_figure(runs: pd.DataFrame, frontier: pd.DataFrame, law_curves: pd.DataFrame | None) -> Figure:
+    """All runs by r, each r's Pareto frontier (steps) and, where given, the law's L*_r(C)."""
+    fig = _figure()
+    ax = fig.subplots()
+    for i, r in enumerate(sorted(runs["r"].unique().astype(int))):
+        mine = runs[runs["r"] == r]
+        ax.scatter(training_flops(mine), mine["val_loss"], s=10, alpha=0.5, color=_color(i), label=f"r = {r}")
+        front = frontier[frontier["group"] == f"r={r}"]
+        ax.step(front["training_flops"], front["val_loss"], where="post", color=_color(i), lw=1.2)
+        if law_curves is not None:
+            curve = law_curves[law_curves["r"] == r]
+            ax.plot(curve["budget_flops"], curve["loss"], ls="--", color=_color(i), lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs")
+    ax.set_ylabel("validation loss (nats)")
+    ax.set_title("Pareto frontier per r (steps) and the fitted law's compute-optimal loss (dashed)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def law_figure(optima: IsoflopResult, law_curves: pd.DataFrame) -> Figure:
+    """The law's compute-optimal L* and N* per r (lines) against the per-cell optima (points, intervals)."""
+    fig = _figure(10.0, 4.2)
+    ax_l, ax_n = fig.subplots(1, 2)
+    ok = optima.table[optima.table["status"] == "ok"] if "N_opt" in optima.table else optima.table.iloc[:0]
+    for i, r in enumerate(sorted(law_curves["r"].unique())):
+        curve = law_curves[law_curves["r"] == r]
+        ax_l.plot(curve["budget_flops"], curve["loss"], color=_color(i), label=f"law r = {r}")
+        ax_n.plot(curve["budget_flops"], curve["N"], color=_color(i))
+        cells = ok[ok["r"] == r]
+        if cells.empty:
+            continue
+        for ax, q in ((ax_l, "L"), (ax_n, "N")):
+            err = np.vstack([cells[f"{q}_opt"] - cells[f"{q}_lo"], cells[f"{q}_hi"] - cells[f"{q}_opt"]])
+            ax.errorbar(cells["budget_flops"], cells[f"{q}_opt"], yerr=np.clip(np.nan_to_num(err), 0, None),
+                        fmt="o", ms=4, color=_color(i))
+    for ax in (ax_l, ax_n):
+        ax.set_xscale("log")
+        ax.set_xlabel("budget C (FLOPs)")
+    ax_n.set_yscale("log")
+    ax_l.set_ylabel("compute-optimal loss L* (nats)")
+    ax_n.set_ylabel("compute-optimal N*")
+    ax_l.legend(fontsize=8)
+    fig.suptitle("Joint law (lines) versus per-cell IsoFLOP optima (points)")
+    return fig
+
+
+def residual_figure(fitted: pd.DataFrame, fit: LawFit) -> Figure:
+    """Observed minus predicted loss (nats) of each fitted run, by r."""
+    fig = _figure()
+    ax = fig.subplots()
+    residual = fitted["val_loss"].to_numpy() - fit.predict(fitted)
+    x = fitted["budget_flops"].to_numpy(float)
+    for i, r in enumerate(sorted(fitted["r"].unique().astype(int))):
+        mine = fitted["r"].to_numpy() == r
+        jitter = np.exp(0.04 * (i - 1.5))  # spread the r groups apart on the log axis
+        ax.scatter(x[mine] * jitter, residual[mine], s=12, color=_color(i),
+                   label=f"r = {r} (RMSE {fit.rmse_per_r.get(r, np.nan):.4f})")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("budget C (FLOPs)")
+    ax.set_ylabel("observed - predicted loss (nats)")
+    ax.set_title(f"Residuals of the joint fit (R^2 {fit.r2:.4f}, max |residual| {fit.max_residual:.4f})")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def phi_figure(fit: LawFit) -> Figure:
+    """Histogram of the bootstrap phi with the point estimate and the percentile interval."""
+    fig = _figure(6.5, 4.0)
+    ax = fig.subplots()
+    draws = fit.bootstrap[:, 5] if len(fit.bootstrap) else np.empty(0)
+    if draws.size:
+        ax.hist(draws, bins=30, color="C0", alpha=0.7)
+    ax.axvline(fit.phi, color="black", label=f"phi = {fit.phi:.3f}")
+    for edge in fit.phi_ci:
+        if np.isfinite(edge):
+            ax.axvline(edge, color="black", ls="--", lw=0.8)
+    ax.set_xlabel("phi")
+    ax.set_ylabel("bootstrap resamples")
+    ax.set_title(f"Block bootstrap of phi over (C, r) cells: {fit.n_bootstrap} resamples, "
+                 f"{100 * fit.confidence:.0f}% CI {fit.phi_ci[0]:.3f} to {fit.phi_ci[1]:.3f}", fontsize=9)
+    ax.legend()
+    return fig

@@ -1,0 +1,227 @@
+"""``loopscale analyze``: a sweep's runs -> every table and figure of the study, written and logged.
+
+``analyze`` computes everything in memory (so bad input fails before anything is written); ``Analysis.write``
+puts the tables (CSV, Markdown, LaTeX, JSON) under ``tables/``, the figures under ``plots/`` and a summary
+(``summary.json``, ``summary.txt``) in the output folder; ``log_to_mlflow`` attaches that folder to an
+``analysis`` run of the sweep's experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .allocation import allocation_table
+from .compare import excluded_text
+from .fit import DEFAULT_FIT_OPTIONS, FitOptions, FitSuite, fit_rows, fit_suite
+from .frontier import pareto_frontier, power_laws
+from .isoflop import IsoflopResult, cell_gaps, cell_optima
+from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
+from .runs import exclusions, template_of, usable_runs
+from .sizes import SizeCurve
+from .tables import write_all
+
+LAW_CURVE_POINTS = 40
+
+
+@dataclass(eq=False)
+class Analysis:
+    """Everything ``loopscale analyze`` reports about one sweep."""
+
+    name: str
+    runs: pd.DataFrame
+    options: FitOptions
+    optima: IsoflopResult
+    frontier: pd.DataFrame
+    power_laws: pd.DataFrame
+    suite: FitSuite
+    allocation: pd.DataFrame | None
+    law_curves: pd.DataFrame | None
+    template_note: str
+    seconds: float
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def used(self) -> pd.DataFrame:
+        return usable_runs(self.runs, stage=self.options.stage)
+
+    def summary(self) -> dict[str, Any]:
+        joint = self.suite.joint
+        excluded = exclusions(self.runs, stage=self.options.stage)
+        return {
+            "experiment": self.name,
+            "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
+            "excluded": excluded.to_dict(orient="records"),
+            "joint": joint.to_dict(), "phi0": self.suite.phi0.to_dict(), "phi1": self.suite.phi1.to_dict(),
+            "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
+            "gap_to_r1": self.gap_ranges(),
+            "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
+            .to_dict(orient="records") if not self.optima.table.empty else [],
+            "template": self.template_note, "seconds": self.seconds,
+        }
+
+    def gap_ranges(self) -> dict[str, list[float]]:
+        """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
+        if self.allocation is None:
+            return {}
+        looped = self.allocation[self.allocation["r"] > 1]
+        return {str(int(r)): [float(g["loss_gap_to_r1"].min()), float(g["loss_gap_to_r1"].max())]
+                for r, g in looped.groupby("r")}
+
+    def summary_text(self) -> str:
+        joint, s = self.suite.joint, self.summary()
+        pct = f"{100 * joint.confidence:.0f}%"
+        lines = [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
+                 f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
+                 f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
+                 f"{joint.n_bootstrap} block-bootstrap resamples) [{joint.status.value}]",
+                 f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
+                 "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
+                                                                         self.suite.phi1.r2)
+                 + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
+        gaps = s["gap_to_r1"]
+        if gaps:
+            lines.append("gap to r=1 at the compute optimum (law, nats): "
+                         + ", ".join(f"r={r} {lo:.3f}-{hi:.3f}" for r, (lo, hi) in gaps.items()))
+        lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
+        if s["cells_flagged"]:
+            reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
+            lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "
+                         f"{len(self.optima.table)} (" + "; ".join(f"{n} {why}" for why, n in reasons.items())
+                         + "); see tables/cell_optima")
+        if self.allocation is None:
+            lines.append(f"allocation table skipped: {self.template_note}")
+        return "\n".join(lines)
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """Write tables, figures and the summary under ``out_dir``; returns the files written."""
+        (out_dir / "tables").mkdir(parents=True, exist_ok=True)
+        (out_dir / "plots").mkdir(exist_ok=True)
+        paths = []
+        for name, table in self.tables.items():
+            paths += write_all(table, out_dir / "tables" / name)
+        for name, fig in self.figures().items():
+            paths.append(save(fig, out_dir / "plots" / f"{name}.png"))
+        summary = json.dumps(_plain(self.summary()), indent=1, allow_nan=False)
+        (out_dir / "summary.json").write_text(summary + "\n")
+        (out_dir / "summary.txt").write_text(self.summary_text() + "\n")
+        return paths + [out_dir / "summary.json", out_dir / "summary.txt"]
+
+    def figures(self) -> dict:
+        used = self.used
+        figures = {"isoflop": isoflop_figure(used, self.optima),
+                   "frontier": frontier_figure(used, self.frontier, self.law_curves),
+                   "residuals": residual_figure(fit_rows(self.runs, self.options), self.suite.joint),
+                   "phi_bootstrap": phi_figure(self.suite.joint)}
+        if self.law_curves is not None:
+            figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
+        return figures
+
+    def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
+        """(metrics, params, tags) of the analysis run."""
+        joint = self.suite.joint
+        metrics = {"phi": joint.phi, "phi_lo": joint.phi_ci[0], "phi_hi": joint.phi_ci[1], "E": joint.E,
+                   "A": joint.A, "alpha": joint.alpha, "B": joint.B, "beta": joint.beta, "r2_joint": joint.r2,
+                   "r2_phi0": self.suite.phi0.r2, "r2_phi1": self.suite.phi1.r2, "rmse_joint": joint.rmse,
+                   "runs_used": len(self.used), "runs_excluded": len(self.runs) - len(self.used)}
+        metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
+        for r, (lo, hi) in self.gap_ranges().items():
+            metrics[f"gap_r{r}_min"], metrics[f"gap_r{r}_max"] = lo, hi
+        params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
+                  "n_bootstrap": self.options.n_bootstrap, "seed": self.options.seed, "delta": self.options.delta,
+                  "template": self.template_note}
+        return metrics, params, {"fit_status": joint.status.value}
+
+
+def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT_FIT_OPTIONS,
+            budgets=None, recurrences=None) -> Analysis:
+    """Per-cell optima, frontier, power laws, the fit suite and the allocation table of a runs table."""
+    start = time.perf_counter()
+    used = usable_runs(runs, stage=options.stage)
+    if used.empty:
+        counts = exclusions(runs, stage=options.stage)
+        detail = "; ".join(f"{c} {s} ({why})" for s, why, c in counts.itertuples(index=False))
+        raise ValueError(f"no usable runs in {name or 'the table'}: {detail or 'none ok'}")
+    optima = cell_optima(used, stage=None, n_bootstrap=options.n_bootstrap, seed=options.seed,
+                         confidence=options.confidence)
+    frontier = pareto_frontier(used, stage=None)
+    laws = power_laws(optima, confidence=options.confidence)
+    suite = fit_suite(runs, options=options)
+    budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
+    recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
+    template, batch_tokens, note = template_of(runs)
+    mismatch = template_mismatch(used, template)
+    allocation = law_curves = None
+    if mismatch:
+        note = mismatch
+    else:
+        allocation = allocation_table(suite.joint, budgets, recurrences, template=template,
+                                      batch_tokens=batch_tokens)
+        fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
+        law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
+        note = f"template {template} ({note}), batch {batch_tokens} tokens"
+    analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
+                        suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
+                        seconds=time.perf_counter() - start)
+    analysis.tables = _tables(analysis)
+    return analysis
+
+
+def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
+    """'' when the template reproduces the runs' N_once, N_rec and FLOPs per token at their widths, else why not."""
+    for r, group in used.groupby("r"):
+        row = group.iloc[0]
+        if not np.isfinite(row["width"]):
+            return "runs do not record their width; cannot check the template"
+        try:
+            sizes = SizeCurve.from_model(int(r), template).sizes(row["width"])
+        except (ValueError, TypeError) as err:
+            return f"template {template} does not build r={int(r)}: {err}"
+        for column, quantity in (("N_once", "N_once"), ("N_rec", "N_rec"), ("flops_per_token", "F")):
+            if np.isfinite(row[column]) and not np.isclose(sizes[quantity], row[column], rtol=1e-9):
+                return (f"template {template} gives {quantity} {float(sizes[quantity]):.6g} at width "
+                        f"{row['width']:.0f}, r={int(r)}, the runs record {row[column]:.6g}")
+    return ""
+
+
+def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
+    joint = a.suite.joint
+    constants = pd.DataFrame([{"constant": k, "value": getattr(joint, k), "lo": joint.ci[k][0], "hi": joint.ci[k][1]}
+                              for k in ("E", "A", "alpha", "B", "beta", "phi")])
+    rmse = pd.DataFrame([{"r": r, "rmse_joint": v, "rmse_per_r_fit": a.suite.per_r[r].rmse if r in a.suite.per_r
+                          else np.nan} for r, v in sorted(joint.rmse_per_r.items())])
+    excluded_rows = a.runs[a.runs["status"] != "ok"][["run_id", "stage", "r", "budget_flops", "status", "reason"]]
+    tables = {"fits": a.suite.table(), "joint_constants": constants, "rmse_per_r": rmse,
+              "cell_optima": a.optima.table, "frontier": _frontier_columns(a.frontier), "power_laws": a.power_laws,
+              "excluded": exclusions(a.runs, stage=a.options.stage), "excluded_runs": excluded_rows,
+              "gaps_measured": cell_gaps(a.optima.table) if "L_opt" in a.optima.table else pd.DataFrame()}
+    if a.allocation is not None:
+        tables["allocation"] = a.allocation
+    return tables
+
+
+def _frontier_columns(frontier: pd.DataFrame) -> pd.DataFrame:
+    keep = ["group", "run_id", "r", "budget_flops", "width", "N_once", "N_rec", "tokens", "training_flops",
+            "val_loss"]
+    return frontier[[c for c in keep if c in frontier]]
+
+
+def _plain(value):
+    """``value`` with numpy scalars as Python numbers and NaN/inf as None (strict JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value

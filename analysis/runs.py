@@ -1,0 +1,164 @@
+"""The runs table: one validated row per finished trial, read from MLflow, CSV or parquet (DESIGN.md).
+
+Columns: run_id, sweep, stage, r, budget_flops, width, n_prelude, n_recur, n_coda, N_once, N_rec, N_embed,
+flops_per_token, tokens, flops_spent, val_loss, status (+ lr, seed, objective, reason, cell, s, batch_tokens and
+the trial's ``template.*`` keys where recorded). Rows whose status is not "ok" (failed, diverged, or "invalid":
+marked ok but with a missing or impossible number) stay in the table with their reason; ``usable_runs`` and
+``exclusions`` separate them so every report can count them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
+
+RUN_COLUMNS = ("run_id", "sweep", "stage", "r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda",
+               "N_once", "N_rec", "N_embed", "flops_per_token", "tokens", "flops_spent", "val_loss", "status")
+EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens")
+NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
+                   "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
+# What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
+REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
+FILE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The validated runs table of an MLflow experiment (= sweep name), or of a CSV / parquet file.
+
+    ``experiment`` naming an existing file (or ending in .csv / .parquet) is read as a file; anything else is
+    an experiment name looked up at ``tracking_uri`` (default: the search's store,
+    sqlite:///<cwd>/loopscale-runs/mlflow.db). Every problem with the input is a ValueError with one clear line, raised before any write.
+    """
+    source = str(experiment)
+    path = Path(source)
+    if path.suffix.lower() in FILE_SUFFIXES or path.is_file():
+        table = read_file(path)
+        origin = {"source": str(path), "tracking_uri": None}
+        default_sweep = path.stem
+    else:
+        from .tracking import read_trial_runs
+
+        rows, uri = read_trial_runs(source, tracking_uri)
+        table = pd.DataFrame(rows)
+        origin = {"source": source, "tracking_uri": uri}
+        default_sweep = source
+    runs = validate_runs(table, default_sweep=default_sweep)
+    runs.attrs.update(origin)
+    return runs
+
+
+def read_file(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ValueError(f"no runs file at {path}")
+    try:
+        if path.suffix.lower() == ".csv":
+            return pd.read_csv(path)
+        return pd.read_parquet(path)
+    except Exception as err:  # pandas/pyarrow raise many types for unreadable files
+        raise ValueError(f"cannot read runs file {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+
+
+def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFrame:
+    """Check and normalise a raw runs table; rows marked ok with unusable numbers become status 'invalid'."""
+    if table.empty:
+        raise ValueError(f"no runs in {default_sweep or 'the table'}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")
+    runs = table.copy()
+    defaults: dict[str, Any] = {"run_id": [f"row{i}" for i in range(len(runs))], "sweep": default_sweep,
+                                "stage": "search", "status": "ok", "reason": "", "objective": "", "cell": ""}
+    for column in (*RUN_COLUMNS, *EXTRA_COLUMNS):
+        if column not in runs.columns:
+            runs[column] = defaults.get(column, np.nan)
+    for column in NUMERIC_COLUMNS:
+        runs[column] = pd.to_numeric(runs[column], errors="coerce")
+    for column in ("run_id", "sweep", "stage", "status", "reason", "objective", "cell"):
+        runs[column] = runs[column].map(lambda v: "" if pd.isna(v) else str(v))
+    runs["status"] = runs["status"].str.strip().str.lower().replace("", "ok")
+
+    problems = _row_problems(runs)
+    flagged = (runs["status"] == "ok") & (problems != "")
+    runs.loc[flagged, "status"] = "invalid"
+    runs.loc[flagged, "reason"] = problems[flagged]
+    blank = (runs["status"] != "ok") & (runs["reason"] == "")
+    runs.loc[blank, "reason"] = "no reason recorded"
+    ok = runs["status"] == "ok"
+    runs.loc[ok, "r"] = runs.loc[ok, "r"].round()
+    front = [*RUN_COLUMNS, *EXTRA_COLUMNS]
+    return runs[front + [c for c in runs.columns if c not in front]].reset_index(drop=True)
+
+
+def _row_problems(runs: pd.DataFrame) -> pd.Series:
+    """Per row, the first reason its numbers cannot enter a fit ('' when fine)."""
+    checks = [
+        ("r", lambda v: (v >= 1) & (v == v.round()), "r is not a positive integer"),
+        ("budget_flops", lambda v: v > 0, "budget_flops is not positive"),
+        ("N_once", lambda v: v > 0, "N_once is not positive"),
+        ("N_rec", lambda v: v >= 0, "N_rec is negative"),
+        ("tokens", lambda v: v > 0, "tokens is not positive"),
+        ("val_loss", lambda v: v > 0, "val_loss is not positive"),
+    ]
+    problems = pd.Series("", index=runs.index, dtype=object)
+    for column, test, text in reversed(checks):  # reversed: the first failing check wins
+        values = runs[column]
+        finite = np.isfinite(values.to_numpy(float))
+        problems[~finite] = f"{column} is missing or not finite"
+        problems[finite & ~test(values).to_numpy(bool)] = text
+    return problems
+
+
+def usable_runs(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
+    """Rows with status 'ok' (of ``stage``, unless None): what a fit may use."""
+    keep = runs["status"] == "ok"
+    if stage is not None:
+        keep &= runs["stage"] == stage
+    return runs[keep]
+
+
+def exclusions(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
+    """Counts of the rows a fit leaves out, by status and reason (other stages count as status 'ok')."""
+    left_out = runs[runs["status"] != "ok"].assign(why=lambda t: t["reason"])
+    if stage is not None:
+        other = runs[(runs["status"] == "ok") & (runs["stage"] != stage)]
+        left_out = pd.concat([left_out, other.assign(why=lambda t: "stage " + t["stage"] + " (not fitted)")])
+    if left_out.empty:
+        return pd.DataFrame({"status": pd.Series(dtype=str), "reason": pd.Series(dtype=str),
+                             "count": pd.Series(dtype=int)})
+    counts = left_out.groupby(["status", "why"]).size().reset_index(name="count")
+    return counts.rename(columns={"why": "reason"}).sort_values("count", ascending=False, ignore_index=True)
+
+
+def template_of(runs: pd.DataFrame) -> tuple[dict[str, Any], int, str]:
+    """The iso-depth template and batch size the sweep's trials used: (template, batch_tokens, where from).
+
+    Read from the ``template.*`` and ``batch_tokens`` columns (MLflow params); the paper's when absent.
+    """
+    columns = [c for c in runs.columns if c.startswith("template.")]
+    batch = runs["batch_tokens"].dropna().unique() if "batch_tokens" in runs else []
+    if not columns:
+        return dict(PAPER_TEMPLATE), int(batch[0]) if len(batch) == 1 else PAPER_BATCH_TOKENS, "paper (not recorded)"
+    template = {}
+    for column in columns:
+        values = runs[column].dropna().astype(str).unique()
+        if len(values) > 1:
+            raise ValueError(f"runs disagree on {column}: {', '.join(sorted(values))}")
+        if len(values) == 1 and values[0] != "None":
+            template[column.removeprefix("template.")] = _parse(values[0])
+    if len(batch) > 1:
+        raise ValueError(f"runs disagree on batch_tokens: {sorted(batch)}")
+    return template, int(batch[0]) if len(batch) else PAPER_BATCH_TOKENS, "recorded"
+
+
+def _parse(text: str) -> Any:
+    """An MLflow param string back to int or str (every numeric template field is an integer)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return int(value) if value.is_integer() else value

@@ -1,0 +1,160 @@
+"""Every MLflow call of the analysis: reading a sweep's trial runs, logging the analysis run.
+
+How the search lays runs out (DESIGN.md): experiment name = sweep name; one run per trial tagged
+``loopscale.kind = trial`` with tags sweep, stage, cell, r, budget, objective, status, reason, ...; metrics =
+the numbers the trial returned; params = the trial config flattened (s, r, budget_flops, seed, template.*, ...).
+
+Before MLflow touches a store it is checked: a sqlite file must exist and be an MLflow database (MLflow would
+otherwise create one, writing where the user only meant to read), an HTTP server must answer /health within a
+few seconds (MLflow's client retries for minutes). Every failure is a ValueError with one line.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, ViewType
+from mlflow.tracking import MlflowClient
+
+KIND_TAG = "loopscale.kind"
+NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
+                "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
+# Where a number lives when the trial logged no metrics (failed runs): a tag of another name.
+TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
+HEALTH_TIMEOUT_S = 5.0
+DEFAULT_RUN_DIR = "loopscale-runs"  # where ``loopscale search`` keeps its store unless told otherwise
+
+
+def resolve_uri(tracking_uri: str | None) -> str:
+    """The URI given, else the search's default store: sqlite:///<cwd>/loopscale-runs/mlflow.db."""
+    return tracking_uri or f"sqlite:///{Path.cwd() / DEFAULT_RUN_DIR / 'mlflow.db'}"
+
+
+def check_store(uri: str) -> None:
+    """Refuse a store that is missing, corrupted or not answering, before MLflow touches it."""
+    if uri.startswith("sqlite:"):
+        _check_sqlite(uri)
+    elif uri.startswith(("http://", "https://")):
+        _check_server(uri)
+
+
+def _check_sqlite(uri: str) -> None:
+    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.is_file():
+        raise ValueError(f"no MLflow database at {path} (tracking URI {uri})")
+    try:
+        with sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as err:
+        raise ValueError(f"cannot read MLflow database {path}: {err}") from None
+    if not {"experiments", "runs"} <= tables:
+        raise ValueError(f"{path} is not an MLflow database (no experiments/runs tables)")
+
+
+def _check_server(uri: str) -> None:
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ValueError(f"MLflow tracking server at {uri} is not answering ({reason})") from None
+
+
+def _experiment(client: MlflowClient, name: str, uri: str):
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None or experiment.lifecycle_stage != "active":
+        known = sorted(e.name for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
+        raise ValueError(f"no experiment {name!r} at {uri}" + (f"; known: {', '.join(known)}" if known else ""))
+    return experiment
+
+
+def _runs_of_kind(client: MlflowClient, experiment_id: str, kind: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = '{kind}'",
+                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dict[str, Any]], str]:
+    """Raw rows (one per trial run) of ``experiment`` and the URI they came from."""
+    uri = resolve_uri(tracking_uri)
+    check_store(uri)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        exp = _experiment(client, experiment, uri)
+        runs = _runs_of_kind(client, exp.experiment_id, "trial")
+    except ValueError:
+        raise
+    except Exception as err:  # the store's client raises many types (SQLAlchemy, requests, MlflowException)
+        raise ValueError(f"cannot read experiment {experiment!r} at {uri}: "
+                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+    if not runs:
+        raise ValueError(f"experiment {experiment!r} at {uri} has no trial runs")
+    return [_row(run, experiment) for run in runs], uri
+
+
+def _row(run, experiment: str) -> dict[str, Any]:
+    metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
+    row: dict[str, Any] = {
+        "run_id": run.info.run_id, "sweep": tags.get("sweep", experiment), "stage": tags.get("stage", "search"),
+        "cell": tags.get("cell", ""), "objective": tags.get("objective", params.get("objective", "")),
+        "seed": params.get("seed"),
+    }
+    for key in NUMERIC_KEYS:
+        value = metrics.get(key, params.get(key))
+        if value is None and key in TAG_FALLBACK:
+            value = tags.get(TAG_FALLBACK[key])
+        row[key] = value
+    if "status" in tags:
+        row["status"], row["reason"] = tags["status"], tags.get("reason", "")
+    elif "val_loss" in metrics:
+        row["status"], row["reason"] = "ok", ""
+    else:
+        row["status"], row["reason"] = "failed", f"no status tag and no val_loss (MLflow run {run.info.status})"
+    row.update({k: v for k, v in params.items() if k.startswith("template.")})
+    return row
+
+
+def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, metrics: dict[str, float],
+                 params: dict[str, Any], tags: dict[str, str]) -> tuple[str, list[str]]:
+    """Log ``out_dir`` as the artifacts of a fresh analysis run in ``experiment``.
+
+    Earlier analysis runs of the experiment are deleted (MLflow's soft delete) so the UI shows one current
+    analysis. Returns (new run id, replaced run ids).
+    """
+    uri = resolve_uri(tracking_uri)
+    check_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = _experiment(client, experiment, uri)
+    try:
+        replaced = [run.info.run_id for run in _runs_of_kind(client, exp.experiment_id, "analysis")]
+        run_id = client.create_run(exp.experiment_id, run_name="analysis",
+                                   tags={KIND_TAG: "analysis", "sweep": experiment, **tags}).info.run_id
+    except Exception as err:  # see read_trial_runs
+        raise ValueError(f"cannot log the analysis to {uri}: {type(err).__name__}: {err}".splitlines()[0]) from None
+    try:
+        now = int(time.time() * 1000)
+        client.log_batch(run_id,
+                         metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)],
+                         params=[Param(k, str(v)) for k, v in params.items()])
+        client.log_artifacts(run_id, str(out_dir))
+        if replaced:
+            client.set_tag(run_id, "loopscale.replaces", ",".join(replaced))
+        client.set_terminated(run_id)
+        for old in replaced:  # only once the new run is complete
+            client.delete_run(old)
+    except Exception as err:
+        client.set_terminated(run_id, status="FAILED")
+        raise ValueError(f"logging the analysis run {run_id} failed: {type(err).__name__}: {err}"
+                         .splitlines()[0]) from None
+    return run_id, replaced

@@ -1,0 +1,185 @@
+"""The joint-law fit: recovery of known constants, analytic gradient, status, options, the batched optimiser."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
+from analysis.fit import THETA, FitData, objective
+from analysis.optimize import Stop, minimize_batch
+from model import PAPER_LAW, JointLaw
+from test_analysis_sim import paper_runs
+
+CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
+# The paper's constants and two lopsided sets: a Chinchilla-like data-dominated law with phi near 1, and a
+# steep parameter term with a flat data term and phi near 0.
+LAWS = {
+    "paper": PAPER_LAW,
+    "chinchilla-like": JointLaw(E=2.5, A=400.0, alpha=0.34, B=410.0, beta=0.28, phi=0.9),
+    "steep-N-flat-D": JointLaw(E=0.8, A=3000.0, alpha=0.45, B=60.0, beta=0.15, phi=0.1),
+}
+
+
+@pytest.mark.parametrize("name", LAWS)
+def test_noise_free_runs_give_back_every_constant(name):
+    law = LAWS[name]
+    fit = fit_joint_law(paper_runs(law), n_starts=100, n_bootstrap=0)
+    assert fit.status is FitStatus.CONVERGED, fit.message
+    for constant in CONSTANTS:
+        assert getattr(fit, constant) == pytest.approx(getattr(law, constant), rel=1e-3), constant
+    assert fit.r2 > 0.999999
+    assert fit.max_residual < 1e-6
+
+
+def test_noisy_paper_grid_recovers_phi_and_the_interval_covers_it():
+    fit = fit_joint_law(paper_runs(noise=0.01), n_starts=200, n_bootstrap=200)
+    assert fit.status is FitStatus.CONVERGED, fit.message
+    assert abs(fit.phi - PAPER_LAW.phi) <= 0.03
+    lo, hi = fit.phi_ci
+    assert lo < PAPER_LAW.phi < hi
+    assert hi - lo < 0.2  # an interval that says something
+    assert fit.bootstrap.shape == (200, 6)
+    assert fit.n_cells == 24
+    assert 0.99 < fit.r2 < 0.9999  # 0.01-nat noise cannot be fitted away
+    assert set(fit.rmse_per_r) == {1, 2, 4, 8}
+    assert all(0.005 < v < 0.02 for v in fit.rmse_per_r.values())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gradient_matches_finite_differences(seed):
+    rng = np.random.default_rng(seed)
+    data = FitData.from_runs(paper_runs(noise=0.01))
+    truth = np.array([np.log(PAPER_LAW.A), PAPER_LAW.alpha, np.log(PAPER_LAW.B), PAPER_LAW.beta,
+                      np.log(PAPER_LAW.E), PAPER_LAW.phi])
+    weights = rng.integers(0, 3, size=(1, data.r.size)).astype(float)  # bootstrap-like multiplicities
+    for delta in (1e-3, 1.0):  # mostly the linear and mostly the quadratic branch of the Huber loss
+        theta = truth + rng.normal(0, 0.05, size=6)
+        _, grad = objective(theta[None], data, weights, delta)
+        np.testing.assert_allclose(grad[0], central_differences(theta, data, weights, delta), rtol=1e-5,
+                                   atol=1e-10)
+
+
+def central_differences(theta, data, weights, delta, h=1e-6):
+    """(f(x + h e_i) - f(x - h e_i)) / 2h for every i, all 12 points in one batched call."""
+    steps = np.eye(6) * h
+    f, _ = objective(np.vstack([theta + steps, theta - steps]), data, np.repeat(weights, 12, axis=0), delta)
+    return (f[:6] - f[6:]) / (2 * h)
+
+
+def test_objective_is_batched_row_by_row():
+    data = FitData.from_runs(paper_runs(noise=0.01))
+    rng = np.random.default_rng(3)
+    lower, upper = DEFAULT_BOUNDS.arrays()
+    thetas = lower + (upper - lower) * rng.random((5, 6))
+    weights = rng.integers(0, 3, size=(5, data.r.size)).astype(float)
+    f, g = objective(thetas, data, weights, 1e-3)
+    for k in range(5):
+        fk, gk = objective(thetas[k:k + 1], data, weights[k:k + 1], 1e-3)
+        assert f[k] == pytest.approx(fk[0], rel=1e-12)
+        np.testing.assert_allclose(g[k], gk[0], rtol=1e-12)
+
+
+def test_restricted_fits_hold_phi_and_fit_worse():
+    runs = paper_runs(noise=0.01)
+    suite = fit_suite(runs, n_starts=60, n_bootstrap=0)
+    assert suite.phi0.phi == 0.0 and suite.phi1.phi == 1.0
+    assert suite.phi0.fixed_phi == 0.0
+    # The simulated truth has phi = 0.46: both restrictions must cost fit quality, phi = 1 the most (paper).
+    assert suite.joint.r2 > suite.phi0.r2 > suite.phi1.r2
+    assert set(suite.per_r) == {1, 2, 4, 8}
+    assert all(f.r2 > 0.99 for f in suite.per_r.values())
+    table = suite.table()
+    assert list(table["fit"][:3]) == ["joint", "phi=0", "phi=1"] and len(table) == 7
+
+
+def test_a_parameter_pinned_by_its_bounds_is_reported():
+    bounds = dataclasses.replace(DEFAULT_BOUNDS, phi=(0.6, 3.0))  # the truth (0.459) lies outside
+    fit = fit_joint_law(paper_runs(), n_starts=40, n_bootstrap=0, bounds=bounds)
+    assert fit.status is FitStatus.AT_BOUND
+    assert fit.at_bound == ("phi",)
+    assert fit.phi == pytest.approx(0.6)
+
+
+def test_an_iteration_limit_is_reported_as_stopped_early():
+    fit = fit_joint_law(paper_runs(noise=0.01), n_starts=20, n_bootstrap=0, max_iter=3)
+    assert fit.status is FitStatus.STOPPED_EARLY
+    assert "projected gradient" in fit.message
+
+
+def test_fit_selects_ok_search_rows_only():
+    runs = paper_runs(noise=0.01)
+    runs.loc[:4, "status"] = "failed"
+    runs.loc[5:9, "stage"] = "calibrate"
+    runs.loc[10, "val_loss"] = 99.0  # a diverged run's number: must not enter the fit
+    runs.loc[10, "status"] = "diverged"
+    fit = fit_joint_law(runs, n_starts=30, n_bootstrap=0)
+    assert fit.n_runs == 116 - 11
+    assert abs(fit.phi - PAPER_LAW.phi) < 0.06
+
+
+@pytest.mark.parametrize("data", ["frontier", "optima"])
+def test_fit_on_frontier_or_optima(data):
+    fit = fit_joint_law(paper_runs(), data=data, n_starts=60, n_bootstrap=0)
+    assert fit.data == data
+    assert fit.n_runs < 116
+    assert np.isfinite(fit.phi) and fit.r2 > 0.9
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"n_starts": 0}, "n_starts"),
+    ({"data": "best"}, "data must be one of"),
+    ({"confidence": 1.5}, "confidence"),
+    ({"starts": 3}, "unknown fit option"),
+])
+def test_bad_options_are_one_line_value_errors(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        fit_joint_law(paper_runs(), **overrides)
+
+
+def test_bounds_are_validated():
+    with pytest.raises(ValueError, match="lower <= upper"):
+        Bounds(alpha=(1.0, 0.5))
+
+
+def test_phi_needs_more_than_one_r():
+    runs = paper_runs()
+    with pytest.raises(ValueError, match="single r"):
+        fit_joint_law(runs[runs["r"] == 4], n_starts=5, n_bootstrap=0)
+    fit = fit_joint_law(runs[runs["r"] == 4], n_starts=40, n_bootstrap=0, fix_phi=0.0)
+    assert fit.status is FitStatus.CONVERGED
+
+
+def test_no_usable_rows_is_a_value_error():
+    runs = paper_runs()
+    runs["status"] = "failed"
+    with pytest.raises(ValueError, match="no usable runs"):
+        fit_joint_law(runs)
+
+
+def test_fit_options_default_to_the_paper():
+    options = FitOptions()
+    assert (options.delta, options.n_starts, options.n_bootstrap) == (1e-3, 500, 200)
+    lower, upper = DEFAULT_BOUNDS.arrays()
+    expected = {"a": (-5, 35), "alpha": (0, 2.5), "b": (-5, 35), "beta": (0, 2.5), "e": (-3, 2), "phi": (-3, 3)}
+    assert {name: (lower[i], upper[i]) for i, name in enumerate(THETA)} == expected
+
+
+def test_batched_optimiser_solves_bounded_quadratics():
+    """Independent problems f_k(x) = sum (x - c_k)^2 * w with box bounds: the answer is clip(c_k)."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 2, size=(50, 4))
+    scales = np.array([1.0, 10.0, 100.0, 0.1])
+    lower, upper = np.full(4, -1.0), np.full(4, 1.0)
+    lower[3] = upper[3] = 0.25  # a fixed variable
+
+    def fun(x, rows):
+        diff = x - centers[rows]
+        return (scales * diff ** 2).sum(axis=1), 2 * scales * diff
+
+    result = minimize_batch(fun, rng.uniform(-1, 1, size=(50, 4)), lower, upper)
+    expected = np.clip(centers, lower, upper)
+    np.testing.assert_allclose(result.x, expected, atol=1e-7)
+    assert set(result.stop) <= {Stop.GRADIENT, Stop.FUNCTION, Stop.NO_PROGRESS}
