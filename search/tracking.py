@@ -1,0 +1,282 @@
+"""MLflow from the driver only: the sweep's experiment, its parent run, and one run per trial.
+
+Layout (``analysis`` reads exactly this):
+
+* experiment = the sweep name; for a sqlite store its artifacts live beside the database file.
+* a parent run per sweep: tag ``loopscale.kind = "sweep"``, the spec file (secrets redacted) as an artifact.
+* one run per trial nested under it (``mlflow.parentRunId``): tag ``loopscale.kind = "trial"`` and tags
+  ``sweep, stage, cell, r, budget, objective, spec_hash, code_version, data_fingerprint, status, reason,
+  trial_key``; params = the trial config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every
+  numeric metric of the trial's final result at step = its optimizer steps, plus the ``train_loss`` curve.
+
+Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial: a trial whose
+run already FINISHED (or FAILED) is not logged again; a RUNNING run left by a killed driver is deleted and the
+restarted trial logs afresh; runs of trials that never restart are deleted when the stage ends. Writes are
+batched (``log_batch``): one call when a trial starts, curve points every ``flush_s``, one when it ends.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.tracking import MlflowClient
+
+from objectives import METRIC_KEYS
+
+from .spec import SweepSpec
+
+KIND_TAG = "loopscale.kind"
+PARENT_TAG = "mlflow.parentRunId"
+CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
+_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|api_?key|credential|auth|(^|_)token)$")
+_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
+
+
+# ---- secrets ---------------------------------------------------------------------------------------------
+def is_secret_key(name: str) -> bool:
+    """Keys whose values are never logged: passwords, secrets, API keys, tokens (``hf_token``; not ``val_tokens``)."""
+    return bool(_SECRET_KEY.search(name.split(".")[-1]))
+
+
+def redact_text(text: str) -> str:
+    """A TOML text with URI passwords and the values of secret-looking keys replaced by ``***``."""
+    lines = []
+    for line in _URI_PASSWORD.sub(r"\1***\3", text).splitlines():
+        key, eq, _ = line.partition("=")
+        lines.append(f"{key}= \"***\"" if eq and is_secret_key(key.strip().strip('"')) else line)
+    return "\n".join(lines) + "\n"
+
+
+def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """A nested trial config as MLflow params: dotted keys, string values, secrets redacted."""
+    flat: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_params(value, f"{name}."))
+        elif is_secret_key(name):
+            flat[name] = "***"
+        else:
+            flat[name] = _URI_PASSWORD.sub(r"\1***\3", str(value))[:6000]
+    return flat
+
+
+# ---- the sweep -------------------------------------------------------------------------------------------
+def code_version() -> str:
+    """``git describe`` of the checkout the code runs from, else the installed package version."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return metadata.version("loopscale")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def find_parent_run(spec: SweepSpec) -> Any | None:
+    """The sweep's parent run if the store already has one; reads only (a missing sqlite file stays missing)."""
+    if spec.tracking_uri.startswith("sqlite:///") and not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists():
+        return None
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    if experiment is None:
+        return None
+    runs = client.search_runs([experiment.experiment_id], f"tags.`{KIND_TAG}` = 'sweep'", max_results=1)
+    return runs[0] if runs else None
+
+
+def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
+    """Create (or find, when resuming) the experiment and the sweep's parent run; returns their ids.
+
+    Run on the driver before any trial starts, so no trial races to create the schema (mlflow#4123).
+    """
+    mlflow.set_tracking_uri(spec.tracking_uri)  # the trial logger resolves the store through it
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    if experiment is None:
+        location = None
+        if spec.tracking_uri.startswith("sqlite:///"):
+            location = (Path(spec.tracking_uri.removeprefix("sqlite:///")).resolve().parent / "artifacts").as_uri()
+        experiment_id = client.create_experiment(spec.name, artifact_location=location)
+    else:
+        experiment_id = experiment.experiment_id
+    parent = find_parent_run(spec)
+    if parent is not None:
+        client.update_run(parent.info.run_id, status="RUNNING")
+        return experiment_id, parent.info.run_id
+    tags = {KIND_TAG: "sweep", "sweep": spec.name, "objective": spec.objective, "spec_hash": spec.spec_hash,
+            "code_version": code_version(), "data_fingerprint": data_fingerprint}
+    run = client.create_run(experiment_id, tags=tags, run_name=spec.name)
+    summary = {"budgets": spec.budgets, "recurrences": spec.recurrences, "sampler": spec.sampler,
+               "trials_per_cell": spec.trials_per_cell, "planned_trials": spec.planned_trials(), "seed": spec.seed}
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in summary.items()])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.toml"
+        path.write_text(redact_text(spec.text))
+        client.log_artifact(run.info.run_id, str(path))
+    return experiment_id, run.info.run_id
+
+
+def discard_stage_runs(spec: SweepSpec, parent_run_id: str, stage: str) -> None:
+    """Delete a stage's trial runs before the stage starts afresh: they belong to an attempt whose Tune state
+    was never saved, so their trial keys would name different trials now."""
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    query = f"tags.`{PARENT_TAG}` = '{parent_run_id}' and tags.`{KIND_TAG}` = 'trial' and tags.stage = '{stage}'"
+    for run in client.search_runs([experiment.experiment_id], query, max_results=10_000):
+        client.delete_run(run.info.run_id)
+
+
+def close_sweep(spec: SweepSpec, parent_run_id: str) -> None:
+    MlflowClient(spec.tracking_uri).set_terminated(parent_run_id, "FINISHED")
+
+
+# ---- trials ----------------------------------------------------------------------------------------------
+@dataclass
+class _Open:
+    """A started trial: its run is created on the first write (``run_id`` stays "" until then)."""
+
+    tags: dict[str, str]
+    params: dict[str, str]
+    name: str
+    run_id: str = ""
+    curve: list[Metric] = field(default_factory=list)
+    flushed_at: float = field(default_factory=time.monotonic)
+
+
+class TrialTracker:
+    """Driver-side logger of a stage's trials, keyed by ``trial_key``; picklable (Tune keeps it in its state).
+
+    The store is resolved at ``open()`` from ``mlflow.get_tracking_uri()``, so a tracking URI with a password
+    never lands in Tune's pickled experiment state.
+    """
+
+    def __init__(self, *, experiment_id: str, parent_run_id: str, sweep: str, tags: dict[str, str],
+                 flush_s: float = 10.0):
+        self.experiment_id, self.parent_run_id, self.sweep = experiment_id, parent_run_id, sweep
+        self.tags, self.flush_s = tags, flush_s
+        self._client: MlflowClient | None = None
+        self._done: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (run, params) of a FINISHED/FAILED run
+        self._stale: dict[str, str] = {}  # key -> RUNNING run left by a killed driver
+        self._open: dict[str, _Open] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_done": {}, "_stale": {}, "_open": {}}
+
+    def open(self) -> None:
+        """Read what the store already holds for this sweep (after a crash: finished and orphaned runs)."""
+        self._client = MlflowClient(mlflow.get_tracking_uri())
+        for run in self._trial_runs():
+            key = run.data.tags.get("trial_key", "")
+            if run.info.status == "RUNNING":
+                self._stale[key] = run.info.run_id
+            else:
+                self._done[key] = (run.info.run_id, dict(run.data.params))
+
+    def start(self, key: str, meta: dict[str, Any], trial_config: dict[str, Any]) -> None:
+        """A trial starts (or restarts): its run is created with the first write, so a quick trial costs one
+        run creation, one batch and one status update.
+
+        A key that already has a finished run with the same params is not logged again (a trial that finished
+        just before a crash, re-run because Tune had not saved it yet). With other params the old run is
+        replaced: it no longer describes the trial the study knows under this key.
+        """
+        params = flatten_params(trial_config)
+        if key in self._done:
+            run_id, logged = self._done[key]
+            if logged == params:
+                return
+            self._client.delete_run(run_id)
+            del self._done[key]
+        old = self._open.pop(key, None)
+        if old is not None and old.run_id:  # a retry of a failed attempt restarts the trial from scratch
+            self._client.delete_run(old.run_id)
+        if key in self._stale:
+            self._client.delete_run(self._stale.pop(key))
+        tags = {**self.tags, KIND_TAG: "trial", PARENT_TAG: self.parent_run_id, "sweep": self.sweep,
+                "stage": meta["stage"], "cell": meta["cell"], "r": str(trial_config["r"]),
+                "budget": f"{trial_config['budget_flops']:.6g}", "objective": trial_config["objective"],
+                "trial_key": key, "status": "running"}
+        self._open[key] = _Open(tags=tags, params=params,
+                                name=f"{meta['stage']} {meta['cell']} s={trial_config['s']:g}")
+
+    def curve(self, key: str, report: dict[str, Any]) -> None:
+        """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``."""
+        entry = self._open.get(key)
+        if entry is None or "step" not in report:
+            return
+        now_ms = int(time.time() * 1000)
+        entry.curve += [Metric(k, float(report[k]), now_ms, int(report["step"])) for k in CURVE_KEYS
+                        if _finite(report.get(k))]
+        if time.monotonic() - entry.flushed_at >= self.flush_s:
+            self._flush(entry)
+
+    def finish(self, key: str, result: dict[str, Any]) -> None:
+        """The trial's final result: metrics, status (``ok`` | ``diverged``) and reason; run FINISHED."""
+        entry = self._open.pop(key, None)
+        if entry is None:
+            return
+        status = str(result.get("status", "ok"))
+        reason = str(result.get("reason", "")) or ("" if status == "ok" else f"trial reported status {status}")
+        now_ms, step = int(time.time() * 1000), int(result.get("steps", 0) or 0)
+        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
+        self._flush(entry, tags=[RunTag("status", status), RunTag("reason", reason)])
+        self._client.set_terminated(entry.run_id, RunStatus.to_string(RunStatus.FINISHED))
+        self._done[key] = (entry.run_id, entry.params)
+
+    def fail(self, key: str, reason: str) -> None:
+        """The trial raised on every attempt: status ``failed`` with the error's last line; run FAILED."""
+        entry = self._open.pop(key, None)
+        if entry is None:
+            return
+        self._flush(entry, tags=[RunTag("status", "failed"), RunTag("reason", reason or "trial raised")])
+        self._client.set_terminated(entry.run_id, RunStatus.to_string(RunStatus.FAILED))
+        self._done[key] = (entry.run_id, entry.params)
+
+    def close(self) -> None:
+        """End of a stage: runs still RUNNING belong to no trial any more (suggested, then lost in a crash)."""
+        for entry in self._open.values():
+            if entry.run_id:
+                self._client.delete_run(entry.run_id)
+        self._open.clear()
+        for run in self._trial_runs():
+            if run.info.status == "RUNNING":
+                self._client.delete_run(run.info.run_id)
+        self._stale.clear()
+
+    def _flush(self, entry: _Open, tags: list[RunTag] = ()) -> None:
+        params = []
+        if not entry.run_id:
+            entry.run_id = self._client.create_run(self.experiment_id, tags=entry.tags, run_name=entry.name).info.run_id
+            params = [Param(k, v) for k, v in entry.params.items()]
+        self._client.log_batch(entry.run_id, metrics=entry.curve, params=params, tags=list(tags))
+        entry.curve, entry.flushed_at = [], time.monotonic()
+
+    def _trial_runs(self) -> list[Any]:
+        query = f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and tags.`{KIND_TAG}` = 'trial'"
+        runs, token = [], None
+        while True:
+            page = self._client.search_runs([self.experiment_id], query, max_results=1000, page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+

@@ -1,0 +1,478 @@
+"""Ray Tune + Optuna: the one module of loopscale that imports them (their APIs churn).
+
+A stage (``calibrate`` or ``search``) is one Tune run over ALL its cells side by side. One Tune searcher,
+``CellSearcher``, holds a seeded Optuna study per cell (``CellStudy``, ask/tell) and hands each free slot to the
+open cell with the fewest running, then fewest started trials, so no cell waits for another and every cell's
+study sees its earlier results. Each study proposes through a module-level define-by-run space (``width_space``
+or ``lr_space`` bound with ``functools.partial``), which pickles by reference, so ``Tuner.restore`` brings back
+every study, its sampler RNG and its pending trials after a crash. (Ray's ``OptunaSearch`` is not used: drawing
+widths without replacement needs the study's ask/tell, and the search-quality benchmark drives the very same
+``CellStudy`` without Ray.)
+
+The trial (``run_trial``) calls ``objectives.simulate`` or ``objectives.train``; the driver logs to MLflow
+through ``TrackingCallback`` and prints progress through ``ProgressCallback``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pyarrow.fs
+import ray
+from ray import tune
+from ray.tune import Callback
+from ray.tune.search import Searcher
+
+import objectives
+from objectives import METRIC_KEYS
+
+from .progress import Progress
+from .spec import Cell, SweepSpec, redact_uri
+from .tracking import TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep
+
+METRIC = "val_loss"
+SNAPSHOT_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # seconds between Tune's experiment-state snapshots
+N_STARTUP = 3  # model-based proposals start after the first guess and two random widths (see the benchmark)
+STATE_FILE = "sweep.json"
+
+
+# ---- search spaces (module level: the searcher pickles them by reference) -------------------------------
+def width_space(trial: Any, *, low: int, high: int, head_dim: int, width_unit: int) -> dict[str, float]:
+    """Width as a whole number of heads on a log scale (the optimum moves geometrically with the budget);
+    s = heads * head_dim / width_unit."""
+    heads = trial.suggest_int("heads", low, high, log=True)
+    return {"s": heads * head_dim / width_unit}
+
+
+def lr_space(trial: Any, *, low: float, high: float) -> None:
+    """The base learning rate of the recipe, log-uniform in [low, high]."""
+    trial.suggest_float("lr", low, high, log=True)
+
+
+def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The seeded Optuna sampler of one cell. GP and TPE start modelling after ``N_STARTUP`` trials (TPE's
+    default of 10 would leave a 5-trial study random). A grid is enqueued up front (``CellStudy``), so its
+    sampler only ever replays the queue; Optuna's GridSampler is not used as it stops the study from inside
+    ``tell``, which ask-and-tell does not allow."""
+    if kind == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=N_STARTUP)
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def log_grid(low: float, high: float, n: int) -> list[float]:
+    """n points evenly spaced in log between low and high (the grid sampler's learning rates)."""
+    if n == 1:
+        return [math.sqrt(low * high)]
+    inner = [math.exp(math.log(low) + i * (math.log(high) - math.log(low)) / (n - 1)) for i in range(1, n - 1)]
+    return [low, *inner, high]  # the ends exactly: exp(log(x)) may land a hair outside [low, high]
+
+
+def cell_seed(seed: int, stage: str, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}|{stage}|{key}".encode()).digest()[:4], "little")
+
+
+# ---- studies -------------------------------------------------------------------------------------------
+class CellStudy:
+    """The seeded Optuna study of one cell (width for a search cell, learning rate for the calibration cell).
+
+    ``ask`` proposes the next trial config, ``tell`` returns its loss (None: diverged or failed, told as FAIL so
+    the sampler ignores it instead of fitting a made-up loss). Widths are drawn without replacement: a width the
+    cell already tried or is trying would buy no new information, so a repeated proposal is told as FAIL and
+    replaced by the untried width nearest to it (in log width). Plain data plus an in-memory study: picklable.
+    """
+
+    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any]):
+        self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
+        if cell.stage == "calibrate":
+            cal = spec.calibrate
+            self.space = functools.partial(lr_space, low=cal.low, high=cal.high)
+            self.lr_param, self.heads = cal.param, None
+            grid = [{"lr": lr} for lr in log_grid(cal.low, cal.high, cal.trials)]
+            current = (spec.recipe or {}).get(cal.param)
+            guess = [{"lr": float(current)}] if _finite(current) and cal.low <= current <= cal.high else []
+        else:
+            self.heads = [round(s * spec.width_unit / spec.head_dim) for s in cell.widths]
+            self.space = functools.partial(width_space, low=self.heads[0], high=self.heads[-1],
+                                           head_dim=spec.head_dim, width_unit=spec.width_unit)
+            self.lr_param = None
+            grid = [{"heads": self.heads[round(i)]} for i in _spread(len(self.heads), cell.n_trials)]
+            guess = [{"heads": round(cell.first_guess * spec.width_unit / spec.head_dim)}]
+        seed = cell_seed(spec.seed, cell.stage, cell.key)
+        self.study = optuna.create_study(direction="minimize", sampler=make_sampler(spec.sampler, seed))
+        # the grid is the queue itself; GP and TPE start from a first guess; random search stays random
+        for point in {"grid": grid, "random": []}.get(spec.sampler, guess):
+            self.study.enqueue_trial(point)
+        self.asked = 0
+
+    def ask(self) -> tuple[int, dict[str, Any]]:
+        """(Optuna trial number, trial config) of the next proposal."""
+        trial = self.study.ask()
+        params = self._params(trial)
+        if self.heads is not None and params["heads"] in self._tried(besides=trial.number):
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.study.enqueue_trial({"heads": self._nearest_untried(params["heads"])})
+            trial = self.study.ask()
+            params = self._params(trial)
+        self.asked += 1
+        config = json.loads(json.dumps(self.base))  # a deep copy of plain data
+        if "s" in params:
+            config["s"] = params["s"]
+        if "lr" in params:
+            config["recipe"][self.lr_param] = params["lr"]
+        return trial.number, config
+
+    def _params(self, trial: optuna.Trial) -> dict[str, Any]:
+        derived = self.space(trial) or {}  # samples first: trial.params is empty until it has run
+        return {**trial.params, **derived}
+
+    def tell(self, number: int, value: float | None) -> None:
+        if value is None or not math.isfinite(value):
+            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(number, value)
+
+    def _tried(self, besides: int = -1) -> set[int]:
+        """Heads of the trials told a value or still running (FAILs were duplicates, diverged or failed)."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        return {t.params["heads"] for t in self.study.get_trials(deepcopy=False, states=states)
+                if t.number != besides and "heads" in t.params}
+
+    def _nearest_untried(self, heads: int) -> int:
+        tried = self._tried()
+        untried = [h for h in self.heads if h not in tried] or self.heads
+        return min(untried, key=lambda h: (abs(math.log(h / heads)), h))
+
+
+def _spread(n: int, k: int) -> list[float]:
+    """k indices spread evenly over 0..n-1 (the grid sampler's widths in a cell)."""
+    return [0.0] if k == 1 else [i * (n - 1) / (k - 1) for i in range(k)]
+
+
+class CellSearcher(Searcher):
+    """One Tune searcher over every cell of a stage, dispatching to the cells' Optuna studies.
+
+    Each free slot goes to the open cell with the fewest running, then fewest started trials, so all cells
+    advance side by side and each study sees its earlier results. Tune's config of a trial is
+    ``{"trial": <trial config>, "meta": {stage, cell, searched, trial_key}}`` (``searched``: the dotted config key
+    the study chose); the key ``<stage>/<cell>/<n>`` numbers the
+    cell's proposals, so it survives a restore together with the searcher's pickled state.
+    """
+
+    def __init__(self, studies: list[CellStudy]):
+        super().__init__(metric=None, mode=None)  # no Tune-level metric: progress reports carry no val_loss
+        self._studies = {s.key: s for s in studies}
+        self._running: dict[str, dict[str, int]] = {s.key: {} for s in studies}  # cell -> trial_id -> number
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return True
+
+    def suggest(self, trial_id: str) -> dict | None:
+        open_cells = [k for k, s in self._studies.items() if s.asked < s.n_trials]
+        if not open_cells:
+            return Searcher.FINISHED
+        key = min(open_cells, key=lambda k: (len(self._running[k]), self._studies[k].asked))
+        study = self._studies[key]
+        number, trial = study.ask()
+        self._running[key][trial_id] = number
+        searched = f"recipe.{study.lr_param}" if study.lr_param else "s"
+        return {"trial": trial, "meta": {"stage": study.stage, "cell": key, "searched": searched,
+                                         "trial_key": f"{study.stage}/{key}/{study.asked}"}}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        for key, running in self._running.items():
+            if trial_id in running:
+                ok = not error and result is not None and result.get("status") == "ok"
+                self._studies[key].tell(running.pop(trial_id), result.get(METRIC) if ok else None)
+                return
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
+
+    def studies(self) -> dict[str, optuna.Study]:
+        return {k: s.study for k, s in self._studies.items()}
+
+
+# ---- the trial -----------------------------------------------------------------------------------------
+def run_trial(config: dict[str, Any]) -> None:
+    """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow."""
+    trial = config["trial"]
+    if trial["objective"] == "simulate":
+        result = objectives.simulate(trial)
+    else:
+        result = objectives.train(trial, report=tune.report)
+    tune.report(result)
+
+
+def _trial_dirname(trial: Any) -> str:
+    return trial.trial_id
+
+
+# ---- driver callbacks ----------------------------------------------------------------------------------
+class TrackingCallback(Callback):
+    """MLflow from the driver, idempotent by trial key (the stock MLflowLoggerCallback duplicates runs after
+    a restore: ECOSYSTEM.md)."""
+
+    def __init__(self, tracker: TrialTracker):
+        self.tracker = tracker
+
+    def setup(self, **info: Any) -> None:
+        self.tracker.open()
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        meta = trial.config["meta"]
+        self.tracker.start(meta["trial_key"], meta, trial.config["trial"])
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if "status" not in result:  # a progress report, not the final result
+            self.tracker.curve(trial.config["meta"]["trial_key"], result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.tracker.finish(trial.config["meta"]["trial_key"], trial.last_result)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.tracker.fail(trial.config["meta"]["trial_key"], error_reason(trial))
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.tracker.close()
+
+
+class ProgressCallback(Callback):
+    """One line per finished trial on stdout; trials restored as finished are counted silently."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self._seen: set[str] = set()
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        for trial in trials:
+            if trial.trial_id not in self._seen and trial.status in ("TERMINATED", "ERROR"):
+                self._seen.add(trial.trial_id)
+                self.progress.restore(trial.config["meta"]["cell"],
+                                      trial.last_result if trial.status == "TERMINATED" else None, searched(trial))
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._report(trial, trial.last_result)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._report(trial, None)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        print(self.progress.table(), flush=True)
+
+    def _report(self, trial: Any, result: dict | None) -> None:
+        self._seen.add(trial.trial_id)
+        print(self.progress.record(trial.config["meta"]["cell"], result, searched(trial)), flush=True)
+
+
+def searched(trial: Any) -> float:
+    """The value the trial's study chose (its width s, or the calibrated rate)."""
+    value = trial.config["trial"]
+    for part in trial.config["meta"]["searched"].split("."):
+        value = value[part]
+    return float(value)
+
+
+def error_reason(trial: Any) -> str:
+    """The last line of the trial's error (the exception message), for the run's ``reason`` tag."""
+    try:
+        lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+        return lines[-1][:500] if lines else "trial raised"
+    except (OSError, TypeError):
+        return "trial raised"
+
+
+# ---- the driver ----------------------------------------------------------------------------------------
+@dataclass
+class StageOutcome:
+    stage: str
+    results: list[dict[str, Any]] = field(default_factory=list)  # meta, final metrics and "trial" config
+    studies: dict[str, optuna.Study] = field(default_factory=dict)
+
+    def best(self) -> dict[str, Any] | None:
+        ok = [r for r in self.results if r.get("status") == "ok" and _finite(r.get(METRIC))]
+        return min(ok, key=lambda r: r[METRIC]) if ok else None
+
+
+@dataclass
+class SweepOutcome:
+    spec: SweepSpec
+    stages: dict[str, StageOutcome]
+    already_complete: bool = False
+    experiment_id: str = ""
+    parent_run_id: str = ""
+
+
+def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) -> SweepOutcome:
+    """Run (or resume) the sweep: calibration if the spec asks for it, then the allocation search.
+
+    Raises ValueError (before Ray starts, writing nothing) when the stored state does not match: a sweep
+    with state but no ``resume``, a changed spec, or an MLflow store that already holds this sweep.
+    """
+    state = SweepState(spec.storage, spec.name)
+    saved = state.load()
+    if saved is not None:
+        if saved["spec_hash"] != spec.spec_hash:
+            raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
+                             f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
+        if saved.get("complete"):
+            print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
+            return SweepOutcome(spec, {}, already_complete=True)
+        if not resume:
+            raise ValueError(f"sweep {spec.name!r} has unfinished state at {state.path}: pass --resume to "
+                             f"continue it (or remove that directory to start over)")
+    elif find_parent_run(spec) is not None:
+        raise ValueError(f"MLflow experiment {spec.name!r} already holds a sweep of that name but there is no "
+                         f"Tune state for it at {state.path}; use a new name or delete the experiment")
+    _quiet(verbose)
+    user_period = os.environ.get(SNAPSHOT_ENV)
+    fingerprint = _prepare_data(spec)
+    saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
+    state.save(saved)  # first: a crash from here on is resumable
+    experiment_id, parent = open_sweep(spec, fingerprint)
+    print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
+          f"{spec.objective}; MLflow {redact_uri(spec.tracking_uri)} (experiment {spec.name!r}); "
+          f"Tune state {Path(state.path).parent}", flush=True)
+    started_ray = _start_ray(spec, verbose)
+    tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
+    try:
+        stages: dict[str, StageOutcome] = {}
+        recipe = spec.recipe
+        if spec.calibrate is not None:
+            stages["calibrate"] = _run_stage(spec, "calibrate", spec.recipe, experiment_id, parent, tags, verbose,
+                                             user_period)
+            best = stages["calibrate"].best()
+            if best is None:
+                raise RuntimeError(f"calibration: no trial trained without diverging; change [calibrate] low/high "
+                                   f"and start over (remove {Path(state.path).parent})")
+            rate = best["trial"]["recipe"][spec.calibrate.param]
+            recipe = {**spec.recipe, spec.calibrate.param: rate}
+            print(f"calibrated {spec.calibrate.param} = {rate:.4g} "
+                  f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
+        stages["search"] = _run_stage(spec, "search", recipe, experiment_id, parent, tags, verbose, user_period)
+        close_sweep(spec, parent)
+        state.save({**saved, "complete": True})
+        print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
+              f"--tracking-uri {redact_uri(spec.tracking_uri)}", flush=True)
+        return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
+    finally:
+        if user_period is None:
+            os.environ.pop(SNAPSHOT_ENV, None)
+        else:
+            os.environ[SNAPSHOT_ENV] = user_period
+        if started_ray:
+            ray.shutdown()
+
+
+def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, experiment_id: str, parent: str,
+               tags: dict[str, str], verbose: bool, snapshot_period: str | None) -> StageOutcome:
+    cells = spec.cells(stage)
+    # Training: snapshot after every step, so a trial that finished is never trained again after a crash
+    # (~0.1 s per trial here). Simulation: every 2 s; a re-run simulated trial reproduces its result exactly.
+    simulated = stage == "search" and spec.objective == "simulate"
+    os.environ[SNAPSHOT_ENV] = snapshot_period or ("2" if simulated else "0")
+    path = f"{spec.storage.rstrip('/')}/{spec.name}/{stage}"
+    trainable = tune.with_resources(run_trial, spec.resources(stage))
+    if tune.Tuner.can_restore(path):
+        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
+    else:
+        discard_stage_runs(spec, parent, stage)  # runs of an attempt killed before Tune saved any state
+        searcher = CellSearcher([CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe)) for c in cells])
+        tracker = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name, tags=tags)
+        progress = Progress(stage, {c.key: c.n_trials for c in cells},
+                            spec.calibrate.param if stage == "calibrate" else "s")
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=sum(c.n_trials for c in cells),
+                                        max_concurrent_trials=spec.concurrency(
+                                            stage, ray.cluster_resources().get("CPU", 1)),
+                                        reuse_actors=True,
+                                        trial_dirname_creator=_trial_dirname),
+            run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
+                                      callbacks=[TrackingCallback(tracker), ProgressCallback(progress)],
+                                      failure_config=tune.FailureConfig(max_failures=spec.retries),
+                                      verbose=1 if verbose else 0),
+        )
+    grid = tuner.fit()
+    outcome = StageOutcome(stage, studies=_saved_studies(path))
+    for result in grid:
+        metrics = {k: v for k, v in (result.metrics or {}).items() if k in METRIC_KEYS}
+        if result.error is not None or "status" not in metrics:
+            reason = str(result.error).strip().splitlines()[-1][:500] if result.error else "no final result"
+            metrics = {"status": "failed", "reason": reason}
+        outcome.results.append({**result.config["meta"], **metrics, "trial": result.config["trial"]})
+    return outcome
+
+
+def _saved_studies(path: str) -> dict[str, optuna.Study]:
+    """The cells' studies as Tune last saved them (a local experiment directory; {} on remote storage)."""
+    searcher = CellSearcher([])
+    try:
+        searcher.restore_from_dir(path)
+    except RuntimeError:
+        return {}
+    return searcher.studies()
+
+
+def _prepare_data(spec: SweepSpec) -> str:
+    """Tokenise and cache the data once on the driver (trials only read the cache); its fingerprint."""
+    if spec.objective == "simulate" and spec.calibrate is None:
+        return "simulated"
+    return objectives.prepare_data(spec.data, spec.seq_len, spec.cache_dir, spec.val_tokens)
+
+
+def _start_ray(spec: SweepSpec, verbose: bool) -> bool:
+    """Connect to ``spec.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up."""
+    if ray.is_initialized():
+        return False
+    ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
+             logging_level="INFO" if verbose else "ERROR")
+    return True
+
+
+def _quiet(verbose: bool) -> None:
+    """Quiet Ray, Optuna and MLflow unless --verbose."""
+    if not verbose:
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the old console honours verbose=0
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class SweepState:
+    """``<storage>/<name>/sweep.json``: the spec hash and whether the sweep completed (local or object storage)."""
+
+    def __init__(self, storage: str, name: str):
+        self.path = f"{storage.rstrip('/')}/{name}/{STATE_FILE}"
+        self._fs, self._file = pyarrow.fs.FileSystem.from_uri(self.path)
+
+    def load(self) -> dict[str, Any] | None:
+        if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
+            return None
+        with self._fs.open_input_stream(self._file) as f:
+            return json.loads(f.read().decode())
+
+    def save(self, state: dict[str, Any]) -> None:
+        self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
+        with self._fs.open_output_stream(self._file) as f:
+            f.write(json.dumps(state).encode())
+

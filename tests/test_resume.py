@@ -1,0 +1,112 @@
+"""kill -9 of the driver in the middle of a sweep, then ``loopscale search SPEC --resume``.
+
+The driver runs as a real subprocess (the CLI) with its own Ray, whose files live under a private RAY_TMPDIR:
+every process left behind by the killed driver is found by that path and killed by PID afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from search import SweepSpec
+from search.tune_runner import CellSearcher
+from test_spec import write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def processes_using(path: str) -> list[int]:
+    """PIDs of the processes whose command line mentions ``path`` (Ray's session files)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if path in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture
+def ray_tmp():
+    path = tempfile.mkdtemp(prefix="lsr", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
+    yield path
+    for pid in processes_using(path):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
+    spec_path = write_spec(tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2, 4], trials_per_cell=4)
+    spec = SweepSpec.from_toml(spec_path)
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "search.cli", "search", str(spec_path)]
+
+    driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+    finished, deadline = 0, time.monotonic() + 240
+    for line in driver.stdout:
+        finished += line.startswith("[search ")
+        if finished == 9 or time.monotonic() > deadline:
+            break
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    assert finished == 9, "the sweep never got going"
+
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    query = "tags.`loopscale.kind` = 'trial'"
+    before = {r.data.tags["trial_key"]: r.info.run_id
+              for r in client.search_runs([experiment.experiment_id], query, max_results=1000)
+              if r.info.status == "FINISHED"}
+    assert 9 <= len(before) < spec.planned_trials()
+
+    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"[search {spec.planned_trials()}/{spec.planned_trials()}]" in resumed.stdout
+
+    runs = client.search_runs([experiment.experiment_id], query, max_results=1000)
+    every = client.search_runs([experiment.experiment_id], query, max_results=1000, run_view_type=ViewType.ALL)
+    planned = {f"search/{c.key}/{n}" for c in spec.cells() for n in range(1, c.n_trials + 1)}
+    assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(planned)  # each trial exactly once
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert not [r for r in every if r.info.status == "RUNNING" and r.info.lifecycle_stage == "active"]
+    # a trial finished before the kill keeps its run: it was neither logged again nor replaced
+    assert all(before[key] in {r.info.run_id for r in runs} for key in before)
+
+    # the Optuna studies continued across the kill: each holds every trial of its cell, pre-crash ones included
+    searcher = CellSearcher([])
+    searcher.restore_from_dir(str(Path(spec.storage) / spec.name / "search"))
+    widths: dict[str, list[float]] = {}
+    for run in runs:
+        widths.setdefault(run.data.tags["cell"], []).append(float(run.data.params["s"]))
+    for key, study in searcher.studies().items():
+        completed = [t for t in study.trials if t.state.name == "COMPLETE"]
+        assert sorted(t.params["heads"] for t in completed) == sorted(round(s) for s in widths[key])
+        assert len(set(widths[key])) == len(widths[key])  # still without replacement
+    parent = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
+    assert [p.info.status for p in parent] == ["FINISHED"]
+
+    # and running the finished sweep again does nothing
+    again = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0 and re.search(r"already complete", again.stdout)
+    assert len(client.search_runs([experiment.experiment_id], query, max_results=1000)) == len(planned)

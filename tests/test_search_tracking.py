@@ -1,0 +1,83 @@
+"""The driver-side MLflow logger against a real sqlite store: idempotent by trial key across a crash."""
+
+from __future__ import annotations
+
+import pickle
+
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from search import SweepSpec
+from search.tracking import TrialTracker, discard_stage_runs, open_sweep
+from test_spec import write_spec
+
+META = {"stage": "search", "cell": "C=1e+12,r=1"}
+
+
+def config(s: float) -> dict:
+    return {"budget_flops": 1e12, "r": 1, "s": s, "objective": "simulate", "template": {"depth": 6}}
+
+
+def result(loss: float) -> dict:
+    return {"val_loss": loss, "steps": 7, "tokens": 3584, "status": "ok", "reason": ""}
+
+
+def tracker(spec: SweepSpec, experiment_id: str, parent: str) -> TrialTracker:
+    t = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name,
+                     tags={"spec_hash": spec.spec_hash, "code_version": "test", "data_fingerprint": "simulated"},
+                     flush_s=0.0)
+    t.open()
+    return t
+
+
+def runs(spec: SweepSpec, experiment_id: str, view=ViewType.ACTIVE_ONLY) -> list:
+    return MlflowClient(spec.tracking_uri).search_runs([experiment_id], "tags.`loopscale.kind` = 'trial'",
+                                                       run_view_type=view)
+
+
+def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    first = tracker(spec, experiment_id, parent)
+    first.start("search/a/1", META, config(2))
+    first.finish("search/a/1", result(3.0))
+    first.start("search/a/2", META, config(3))
+    first.curve("search/a/2", {"train_loss": 4.0, "step": 5})  # flushed at once: the run exists, RUNNING
+    first.start("search/a/3", META, config(4))
+    first.curve("search/a/3", {"train_loss": 4.5, "step": 5})
+    assert sorted(r.info.status for r in runs(spec, experiment_id)) == ["FINISHED", "RUNNING", "RUNNING"]
+    assert b"mlflow.db" not in pickle.dumps(first)  # Tune pickles the logger: no store address inside
+
+    # the driver dies; after the restore trial 1 re-runs with the same config (Tune had not saved it as
+    # finished), trial 2 restarts, trial 3 was lost and never comes back, and trial 4 is new
+    second = tracker(spec, experiment_id, parent)
+    for key, s in (("search/a/1", 2), ("search/a/2", 3), ("search/a/4", 5)):
+        second.start(key, META, config(s))
+        second.curve(key, {"train_loss": 3.9, "step": 5})
+        second.finish(key, result(3.1))
+    second.close()
+    active = runs(spec, experiment_id)
+    assert sorted(r.data.tags["trial_key"] for r in active) == ["search/a/1", "search/a/2", "search/a/4"]
+    assert all(r.info.status == "FINISHED" for r in active)
+    assert not [r for r in runs(spec, experiment_id, ViewType.ALL)
+                if r.info.status == "RUNNING" and r.info.lifecycle_stage == "active"]
+    by_key = {r.data.tags["trial_key"]: r for r in active}
+    assert by_key["search/a/1"].data.metrics["val_loss"] == 3.0  # kept from before the crash, not re-logged
+    history = MlflowClient(spec.tracking_uri).get_metric_history(by_key["search/a/2"].info.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(5, 3.9)]  # the restarted trial's curve only
+
+    # a key re-used for a different config (a stage restarted without Tune state) replaces its run
+    third = tracker(spec, experiment_id, parent)
+    third.start("search/a/4", META, config(6))
+    third.finish("search/a/4", {**result(3.3), "status": "diverged", "reason": "loss exploded"})
+    third.start("search/a/5", META, config(7))
+    third.fail("search/a/5", "ValueError: math domain error")
+    third.close()
+    by_key = {r.data.tags["trial_key"]: r for r in runs(spec, experiment_id)}
+    assert by_key["search/a/4"].data.params["s"] == "6"
+    assert (by_key["search/a/4"].data.tags["status"], by_key["search/a/4"].info.status) == ("diverged", "FINISHED")
+    assert by_key["search/a/4"].data.tags["reason"] == "loss exploded"
+    assert (by_key["search/a/5"].data.tags["status"], by_key["search/a/5"].info.status) == ("failed", "FAILED")
+
+    discard_stage_runs(spec, parent, "search")
+    assert runs(spec, experiment_id) == []
