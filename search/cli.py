@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from analysis.cli import register as add_analysis
 
-from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec
+from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec, default_tracking_uri
 
 SPEC_HELP = f"a sweep spec TOML file, or a preset: {', '.join(PRESET_NAMES)}"
 
@@ -66,8 +66,47 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_ui(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ui", help="open the MLflow UI on the sweeps' store (127.0.0.1 unless --host says otherwise)",
+        description="Start the MLflow UI on the store the sweeps logged to, print the URL of the experiment's "
+                    "runs table, and stop cleanly on Ctrl-C. Compare runs by r, budget and width (tags, params "
+                    "and metrics as columns, a train_loss curve per run) and open the analysis run's plots and "
+                    "tables. Binds to 127.0.0.1; another --host is reachable by others and gets a warning.")
+    p.add_argument("--experiment", help="sweep name to open (default: the list of experiments)")
+    p.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
+    p.set_defaults(func=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from .ui import serve
+
+    return serve(args.tracking_uri or default_tracking_uri(), args.host, args.port, args.experiment)
+
+
+def add_demo(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "demo", help="the whole study on this machine: the demo sweep (real CPU training), analysis, tables",
+        description="Run the demo preset (real training on the embedded King James Bible, ~15 minutes on 2 CPU "
+                    "cores), analyse it, print phi with its interval and the allocation table, and say where the "
+                    "tables and plots are. Run it again to resume an interrupted demo or to re-analyse a "
+                    "finished one.")
+    p.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+    p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
 # analyze, export and compare come from the analysis package
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_search, add_analysis]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_search, add_analysis, add_ui,
+                                                                   add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,7 +26,9 @@ Layout (every key optional unless marked)::
 
     [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k vocab_size
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
-    [simulate]    # noise (nats, default 0.01), law = {E, A, alpha, B, beta, phi} (default: the paper's fit)
+    [simulate]    # noise (nats, default 0.01), law = {E, A, alpha, B, beta, phi} (default: the paper's fit);
+                  # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl",
+                  # faults = {"C=1e+12,r=1/s=4" = "raise" | "nan" | "sigkill" | "exit", optionally "...-once"}
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
@@ -39,11 +41,15 @@ Widths: ``width = width_unit * s`` must be a multiple of ``head_dim``, so s move
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
 import os
+import sqlite3
+import sys
 import tomllib
 import urllib.error
 import urllib.parse
@@ -54,7 +60,8 @@ from pathlib import Path
 from typing import Any
 
 import objectives
-from model import JointLaw, LoopedConfig, count_params, tokens_for_budget
+from model import INJECTIONS, JointLaw, LoopedConfig, count_params, tokens_for_budget
+from objectives.simulate import FAULT_ONCE, FAULTS
 
 OBJECTIVES = ("train", "simulate")
 SAMPLERS = ("gp", "tpe", "grid", "random")
@@ -63,6 +70,8 @@ PRESET_NAMES = ("smoke", "demo", "paper")
 TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "vocab_size")
 DEFAULT_RUN_DIR = "loopscale-runs"
 DEFAULT_NOISE = 0.01
+MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
+MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,10 @@ class SweepSpec:
     address: str | None
     source: str = field(default="", compare=False)  # where it was read from, for messages
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
+    # [simulate] testing aids (objectives/simulate.py); faults maps "<cell key>/s=<s>" to an action
+    delay_s: float = 0.0
+    journal: str | None = None
+    faults: dict[str, str] | None = None
 
     # ---- reading -------------------------------------------------------------------------------------
     @classmethod
@@ -144,10 +157,10 @@ class SweepSpec:
         ``--tracking-uri``, ``--address``); ``None`` values are ignored.
         """
         file = resolve_spec_path(path)
-        text = file.read_text()
         try:
+            text = file.read_text(encoding="utf-8")
             raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid TOML: {exc}") from None
         raw.update({k: v for k, v in overrides.items() if v is not None})
         if overrides.get("objective") == "simulate":
@@ -178,6 +191,11 @@ class SweepSpec:
             template_table.int(key)
         template_table.str("injection")
         template_table.int("bptt_k")
+        for key in ("width_unit", "head_dim", "bptt_k"):  # the width step divides by the first two
+            _require(template.get(key, 1) >= 1, f"{key} in [template] must be >= 1, got {template.get(key)}")
+        injection = template.get("injection", "linear")  # checked here too: an r = 1 model ignores it
+        _require(injection in INJECTIONS, f"injection in [template] must be one of {', '.join(INJECTIONS)}, "
+                                          f"got {injection!r}")
 
         widths = _Table(t.table("widths", required=True), "[widths]", ("s_min", "s_max", "tokens_per_param"))
         s_min, s_max = widths.number("s_min", required=True), widths.number("s_max", required=True)
@@ -188,7 +206,10 @@ class SweepSpec:
                      f"[widths] tokens_per_param must be [low, high] with 0 < low < high, got {tpp}")
             tpp = (float(tpp[0]), float(tpp[1]))
 
-        sim = _Table(t.table("simulate"), "[simulate]", ("noise", "law"))
+        sim = _Table(t.table("simulate"), "[simulate]", ("noise", "law", "delay_s", "journal", "faults"))
+        delay_s = sim.number("delay_s", default=0.0)
+        _require(0 <= delay_s < math.inf, f"[simulate] delay_s must be >= 0 seconds, got {delay_s}")
+        journal = sim.str("journal")
         noise = sim.number("noise", default=DEFAULT_NOISE)
         _require(noise >= 0, f"[simulate] noise must be >= 0 nats, got {noise}")
         law = sim.table("law") or None
@@ -209,7 +230,6 @@ class SweepSpec:
         retries = res.int("retries", default=2)
         _require(retries >= 0, f"[resources] retries must be >= 0, got {retries}")
 
-        cwd = Path.cwd()
         spec = cls(
             name=name, objective=objective, budgets=budgets, recurrences=recurrences, template=template,
             s_min=float(s_min), s_max=float(s_max), tokens_per_param=tpp,
@@ -221,13 +241,15 @@ class SweepSpec:
             noise=float(noise), law=law, data=data, recipe=recipe, calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), max_concurrent=max_concurrent,
             retries=retries,
-            tracking_uri=t.str("tracking_uri") or f"sqlite:///{cwd / DEFAULT_RUN_DIR / 'mlflow.db'}",
+            tracking_uri=t.str("tracking_uri") or default_tracking_uri(),
             storage=_absolute(t.str("storage") or str(Path(DEFAULT_RUN_DIR) / "tune")),
             cache_dir=_absolute(t.str("cache_dir") or str(Path(DEFAULT_RUN_DIR) / "cache")),
-            address=t.str("address") or None, source=source, text=text,
+            address=t.str("address") or None, source=source, text=text, delay_s=float(delay_s),
+            journal=_absolute(journal) if journal else None,
         )
         for key in ("seq_len", "batch_tokens", "val_tokens", "trials_per_cell", "min_steps"):
             _require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
+        _require(0 <= spec.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {spec.seed}")
         _require(spec.first_guess_tokens_per_param > 0, "first_guess_tokens_per_param must be positive")
         if objective == "train" or t.table("calibrate"):  # absent tables mean objectives' defaults (KJV bytes)
             data, recipe = data or {}, recipe or {}
@@ -240,6 +262,7 @@ class SweepSpec:
         spec._check_shapes()
         spec = dataclasses.replace(spec, calibrate=_calibration(t.table("calibrate"), spec))
         spec.cells()  # every cell must have a width that trains
+        spec = dataclasses.replace(spec, faults=_faults(sim.table("faults"), spec))
         check_tracking_uri(spec.tracking_uri)
         return spec
 
@@ -309,6 +332,10 @@ class SweepSpec:
         }
         if objective == "simulate":
             config.update(noise=self.noise, **({"law": dict(self.law)} if self.law else {}))
+            prefix = f"{cell.key}/s="
+            faults = {k.removeprefix(prefix): v for k, v in (self.faults or {}).items() if k.startswith(prefix)}
+            aids = {"delay_s": self.delay_s, "journal": self.journal, "faults": faults}
+            config.update({k: v for k, v in aids.items() if v})  # absent unless asked for
         else:
             config.update(data=self.data, recipe=dict(recipe if recipe is not None else self.recipe),
                           device="cuda" if self.gpus_per_trial > 0 else "cpu",
@@ -328,8 +355,12 @@ class SweepSpec:
 
     def design(self) -> dict[str, Any]:
         """What the sweep measures: every field but where it runs and logs (those may move between resumes)."""
-        skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries"}
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+        skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
+                "delay_s", "journal"}
+        design = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+        if not design["faults"]:
+            del design["faults"]  # so a spec without faults keeps the hash it had before they existed
+        return design
 
     @property
     def spec_hash(self) -> str:
@@ -352,6 +383,9 @@ class SweepSpec:
             _require(abs(width - round(width)) < 1e-9 and round(width) % self.head_dim == 0,
                      f"[widths] {label} = {s:g} gives width {width:g}, not a multiple of head_dim {self.head_dim}; "
                      f"use s in steps of {self.s_step:g}")
+        count = _heads(self.s_max, self) - _heads(self.s_min, self) + 1
+        _require(count <= MAX_WIDTHS, f"[widths] s_min..s_max spans {count} widths (s in steps of {self.s_step:g}), "
+                                      f"more than {MAX_WIDTHS}; narrow it")
         for r in self.recurrences:
             self.model(self.s_min, r)  # raises the template's own one-line errors (r must divide the shared depth)
 
@@ -387,8 +421,39 @@ def _calibration(table: dict[str, Any], spec: SweepSpec) -> Calibration | None:
     return cal
 
 
+def _faults(table: dict[str, Any], spec: SweepSpec) -> dict[str, str] | None:
+    """``[simulate] faults``: each key ``"<cell key>/s=<s>"`` must name a width the cell may try, each value a
+    fault of objectives/simulate.py (``-once`` needs the journal that remembers the first execution)."""
+    if not table:
+        return None
+    _require(spec.objective == "simulate", "[simulate] faults apply to the simulated objective only")
+    widths = {c.key: c.widths for c in spec.cells()}
+    actions = (*FAULTS, *(f"{a}{FAULT_ONCE}" for a in FAULTS))
+    faults = {}
+    for selector, action in table.items():
+        cell, _, s = selector.partition("/s=")
+        _require(cell in widths, f"[simulate] faults: {selector!r} names no cell; use \"<cell>/s=<s>\" with a cell "
+                                 f"of {', '.join(widths)}")
+        try:
+            width = float(s)
+        except ValueError:
+            raise ValueError(f"[simulate] faults: {selector!r} has no width after '/s='") from None
+        _require(width in widths[cell], f"[simulate] faults: s={width:g} is not a width of cell {cell} "
+                                        f"({', '.join(f'{w:g}' for w in widths[cell])})")
+        _require(action in actions, f"[simulate] faults: {action!r} is not a fault; use {', '.join(actions)}")
+        _require(not action.endswith(FAULT_ONCE) or spec.journal is not None,
+                 f"[simulate] faults: {action!r} needs [simulate] journal to remember the first execution")
+        faults[f"{cell}/s={width:g}"] = action
+    return faults
+
+
 def _heads(s: float, spec: SweepSpec) -> int:
     return round(spec.width_unit * s / spec.head_dim)
+
+
+def default_tracking_uri() -> str:
+    """The MLflow store of every sweep that names none: a sqlite file under ./loopscale-runs."""
+    return f"sqlite:///{Path.cwd() / DEFAULT_RUN_DIR / 'mlflow.db'}"
 
 
 def _absolute(path: str) -> str:
@@ -401,6 +466,11 @@ def _require(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _finite(value: int | float) -> bool:
+    """A number a float can hold (TOML integers are unbounded here; ``float(10**400)`` overflows)."""
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
+
+
 class _Table:
     """Typed access to one TOML table that rejects unknown keys up front."""
 
@@ -408,7 +478,9 @@ class _Table:
         _require(isinstance(raw, dict), f"{where} must be a table")
         unknown = sorted(set(raw) - set(known))
         if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r} in {where}; known keys: {', '.join(known)}")
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown key {unknown[0]!r} in {where}{hint}; known keys: {', '.join(known)}")
         self.raw, self.where = raw, where
 
     def _get(self, key: str, types: tuple[type, ...], default: Any, required: bool, kind: str) -> Any:
@@ -427,7 +499,10 @@ class _Table:
         return self._get(key, (int,), default, required, "an integer")
 
     def number(self, key: str, default: float | None = None, required: bool = False) -> float | None:
-        return self._get(key, (int, float), default, required, "a number")
+        value = self._get(key, (int, float), default, required, "a number")
+        # TOML spells inf and nan; no setting means either (and inf would only fail later, inside a trial)
+        _require(value is None or _finite(value), f"{key} in {self.where} must be a finite number, got {value!r}")
+        return value
 
     def table(self, key: str, required: bool = False) -> dict[str, Any]:
         return self._get(key, (dict,), {}, required, "a table")
@@ -437,8 +512,8 @@ class _Table:
         if value is not None:
             _require(len(value) > 0, f"{key} in {self.where} is empty")
             kind = "integers" if item_types == (int,) else "numbers"
-            _require(all(isinstance(v, item_types) and not isinstance(v, bool) for v in value),
-                     f"{key} in {self.where} must be a list of {kind}, got {value!r}")
+            _require(all(isinstance(v, item_types) and not isinstance(v, bool) and _finite(v) for v in value),
+                     f"{key} in {self.where} must be a list of finite {kind}, got {value!r}")
         return value
 
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
@@ -466,6 +541,19 @@ def redact_uri(uri: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+def _check_sqlite_store(path: Path) -> None:
+    """An existing store must be an SQLite database, empty or MLflow's; otherwise MLflow fails deep inside
+    SQLAlchemy with a traceback (a corrupted file), or adds its tables to some other program's database.
+    Opened read-only: the check writes nothing."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ValueError(f"tracking database {path} is not a readable SQLite database: {exc}") from None
+    _require(not tables or {"experiments", "runs"} <= tables,
+             f"tracking database {path} is an SQLite database but not MLflow's (no experiments and runs tables)")
+
+
 def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
     """Fail with one line when MLflow could not log to ``uri``: a sqlite file in a place that cannot be written,
     an HTTP server that does not answer ``/health``, or a scheme loopscale does not support. Writes nothing."""
@@ -479,6 +567,7 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
         if target.exists():
             _require(target.is_file() and os.access(target, os.R_OK | os.W_OK),
                      f"tracking database {db} is not a readable and writable file")
+            _check_sqlite_store(target)
             return
         parent = target.parent
         while not parent.exists():

@@ -31,12 +31,14 @@ import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from objectives import METRIC_KEYS
+from objectives import METRIC_KEYS, model_config
 
 from .spec import SweepSpec
 
 KIND_TAG = "loopscale.kind"
-PARENT_TAG = "mlflow.parentRunId"
+# The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
+# their parent, hiding the trials a user wants to sort and compare by r, budget and width.
+PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|api_?key|credential|auth|(^|_)token)$")
 _URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
@@ -87,6 +89,14 @@ def code_version() -> str:
         return "unknown"
 
 
+def experiment_tags(spec: SweepSpec) -> dict[str, str]:
+    """Tags that make the MLflow UI open the sweep as training runs (not its GenAI trace view), with a note."""
+    return {"mlflow.experimentKind": "custom_model_development",
+            "mlflow.note.content": f"loopscale sweep {spec.name!r}: {len(spec.cells())} (budget, r) cells, "
+                                   f"objective {spec.objective}. One run per trial (name: stage, budget C, r, "
+                                   "width d); the 'analysis' run holds the fitted law, tables and plots."}
+
+
 def find_parent_run(spec: SweepSpec) -> Any | None:
     """The sweep's parent run if the store already has one; reads only (a missing sqlite file stays missing)."""
     if spec.tracking_uri.startswith("sqlite:///") and not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists():
@@ -111,7 +121,7 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
         location = None
         if spec.tracking_uri.startswith("sqlite:///"):
             location = (Path(spec.tracking_uri.removeprefix("sqlite:///")).resolve().parent / "artifacts").as_uri()
-        experiment_id = client.create_experiment(spec.name, artifact_location=location)
+        experiment_id = client.create_experiment(spec.name, artifact_location=location, tags=experiment_tags(spec))
     else:
         experiment_id = experiment.experiment_id
     parent = find_parent_run(spec)
@@ -212,7 +222,7 @@ class TrialTracker:
                 "budget": f"{trial_config['budget_flops']:.6g}", "objective": trial_config["objective"],
                 "trial_key": key, "status": "running"}
         self._open[key] = _Open(tags=tags, params=params,
-                                name=f"{meta['stage']} {meta['cell']} s={trial_config['s']:g}")
+                                name=run_name(meta["stage"], trial_config))
 
     def curve(self, key: str, report: dict[str, Any]) -> None:
         """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``."""
@@ -275,6 +285,12 @@ class TrialTracker:
             token = page.token
             if not token:
                 return runs
+
+
+def run_name(stage: str, trial_config: dict[str, Any]) -> str:
+    """What the UI's runs table shows first: stage, budget, r and width, e.g. ``search C=1e+12 r=4 d=64``."""
+    width = model_config(trial_config).width
+    return f"{stage} C={trial_config['budget_flops']:.3g} r={trial_config['r']} d={width}"
 
 
 def _finite(value: Any) -> bool:

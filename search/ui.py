@@ -104,10 +104,23 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the UI the same way Ctrl-C does
 
 
-def serve(tracking_uri: str, host: str, port: int, experiment_id: str | None) -> int:
-    """Run the UI until Ctrl-C / SIGTERM; returns the exit code."""
+def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
+    """The id of experiment ``name`` in the store (None for no name); a clear error when it does not exist."""
+    if name is None:
+        return None
+    from mlflow import MlflowClient
+
+    experiment = MlflowClient(tracking_uri).get_experiment_by_name(name)
+    if experiment is None:
+        raise ValueError(f"no experiment {name!r} in {tracking_uri}; run `loopscale search` first")
+    return experiment.experiment_id
+
+
+def serve(tracking_uri: str, host: str, port: int, experiment: str | None) -> int:
+    """Run the UI on ``experiment``'s runs until Ctrl-C / SIGTERM; returns the exit code."""
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
         raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
+    experiment_id = experiment_id_of(tracking_uri, experiment)
     if host != LOOPBACK:
         print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
               "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)

@@ -58,7 +58,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
     for run in runs:
         tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
         cell = cells[tags["cell"]]
-        assert run.info.status == "FINISHED" and tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.status == "FINISHED" and tags["loopscale.sweep_run"] == parent.info.run_id
         assert (tags["sweep"], tags["stage"], tags["objective"], tags["status"], tags["reason"]) == \
             ("t", "search", "simulate", "ok", "")
         assert tags["r"] == str(cell.r) and float(tags["budget"]) == cell.budget

@@ -1,0 +1,101 @@
+"""The user's day in a real browser: `loopscale ui` on a store filled by a small real sweep and its analysis,
+driven by Playwright in Debian's headless Chromium (no browser download). Screenshots land in
+test-artifacts/ui/ for a person to look at."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.servers import free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "ui"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+
+
+def loopscale(*args: str, cwd: Path, timeout: int = 600) -> str:
+    done = subprocess.run([sys.executable, "-m", "search.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The smoke preset (simulated cells + one real training trial) and its analysis, in a fresh sqlite store."""
+    root = tmp_path_factory.mktemp("ui")
+    uri = f"sqlite:///{root}/mlflow.db"
+    loopscale("search", "smoke", "--tracking-uri", uri, cwd=root)
+    loopscale("analyze", "--experiment", "smoke", "--tracking-uri", uri, cwd=root)
+    return root, uri
+
+
+@pytest.fixture
+def ui(store):
+    """`loopscale ui` as a user starts it; yields the URL it prints, then stops it like Ctrl-C would."""
+    root, uri = store
+    proc = subprocess.Popen([sys.executable, "-m", "search.cli", "ui", "--experiment", "smoke", "--tracking-uri", uri,
+                             "--port", str(free_port())], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"MLflow UI: (http://127\.0\.0\.1:\d+/\S+)", line)
+        assert match, f"no URL printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield match.group(1), uri
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert "MLflow UI stopped." in proc.stdout.read()
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser.new_page(viewport={"width": 1600, "height": 1000})
+        browser.close()
+
+
+def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
+    url, uri = ui
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("smoke")
+    trials = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'", max_results=1000)
+    assert len(trials) == 19  # 18 simulated search trials + the real calibration trial
+
+    page.goto(url)
+    page.wait_for_selector("text=analysis", timeout=90_000)
+    page.get_by_text(re.compile(r"\d+ matching runs")).wait_for(timeout=30_000)
+    page.screenshot(path=str(SHOTS / "runs.png"), full_page=True)
+    body = page.inner_text("body")
+    for run in trials:
+        # every trial is listed by name, and the name carries its r and width
+        assert run.info.run_name in body
+        assert f"r={run.data.tags['r']} d={int(run.data.metrics['width'])}" in run.info.run_name
+    assert "21 matching runs" in body  # trials + the sweep's run + the analysis run
+
+    page.get_by_role("link", name="analysis", exact=True).click()
+    page.get_by_text("Artifacts").first.click()
+    page.get_by_text("plots", exact=True).click()
+    page.get_by_text("isoflop.png").click()
+    page.get_by_text("plots/isoflop.png", exact=True).wait_for(timeout=60_000)  # the preview pane's title
+    image = page.locator("img[src^='blob:']").first  # the UI fetches the artifact and shows it as a blob
+    image.wait_for(timeout=60_000)
+    page.wait_for_function("img => img.complete && img.naturalWidth > 300 && img.naturalHeight > 200",
+                           arg=image.element_handle(), timeout=60_000)
+    page.screenshot(path=str(SHOTS / "analysis_isoflop.png"), full_page=True)
