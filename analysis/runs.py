@@ -25,6 +25,7 @@ NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
 REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
 FILE_SUFFIXES = (".csv", ".parquet", ".pq")
+ORDER = ("stage", "budget_flops", "r", "width", "s", "run_id")  # rows read from MLflow, sorted
 
 
 def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
@@ -48,6 +49,10 @@ def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.Dat
         origin = {"source": source, "tracking_uri": uri}
         default_sweep = source
     runs = validate_runs(table, default_sweep=default_sweep)
+    if origin["tracking_uri"] is not None:
+        # MLflow returns runs newest first, an order that a resumed or repeated sweep changes; the fit's sums and
+        # its bootstrap follow the row order, so the same runs always enter it in one canonical order
+        runs = runs.sort_values(list(ORDER), kind="stable", ignore_index=True)
     runs.attrs.update(origin)
     return runs
 

@@ -6,15 +6,18 @@ the numbers the trial returned; params = the trial config flattened (s, r, budge
 
 Before MLflow touches a store it is checked: a sqlite file must exist and be an MLflow database (MLflow would
 otherwise create one, writing where the user only meant to read), an HTTP server must answer /health within a
-few seconds (MLflow's client retries for minutes). Every failure is a ValueError with one line.
+few seconds (MLflow's client retries for minutes). Every failure is a ValueError with one line, in which the
+password of a ``http://user:password@host`` URI is shown as ``***``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sqlite3
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,12 @@ NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", 
 TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
 HEALTH_TIMEOUT_S = 5.0
 DEFAULT_RUN_DIR = "loopscale-runs"  # where ``loopscale search`` keeps its store unless told otherwise
+_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` in it replaced by ``***``."""
+    return _URI_PASSWORD.sub(r"\1***\3", text)
 
 
 def resolve_uri(tracking_uri: str | None) -> str:
@@ -58,19 +67,21 @@ def _check_sqlite(uri: str) -> None:
 
 
 def _check_server(uri: str) -> None:
+    parts = urllib.parse.urlsplit(uri)  # /health needs no login: ask it without the URI's credentials
+    health = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/") + "/health"
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(health, timeout=HEALTH_TIMEOUT_S) as answer:
             answer.read()
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
-        raise ValueError(f"MLflow tracking server at {uri} is not answering ({reason})") from None
+        raise ValueError(f"MLflow tracking server at {redact(uri)} is not answering ({reason})") from None
 
 
 def _experiment(client: MlflowClient, name: str, uri: str):
     experiment = client.get_experiment_by_name(name)
     if experiment is None or experiment.lifecycle_stage != "active":
         known = sorted(e.name for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
-        raise ValueError(f"no experiment {name!r} at {uri}" + (f"; known: {', '.join(known)}" if known else ""))
+        raise ValueError(f"no experiment {name!r} at {redact(uri)}" + (f"; known: {', '.join(known)}" if known else ""))
     return experiment
 
 
@@ -96,10 +107,10 @@ def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dic
     except ValueError:
         raise
     except Exception as err:  # the store's client raises many types (SQLAlchemy, requests, MlflowException)
-        raise ValueError(f"cannot read experiment {experiment!r} at {uri}: "
-                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+        raise ValueError(redact(f"cannot read experiment {experiment!r} at {uri}: "
+                                f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")) from None
     if not runs:
-        raise ValueError(f"experiment {experiment!r} at {uri} has no trial runs")
+        raise ValueError(f"experiment {experiment!r} at {redact(uri)} has no trial runs")
     return [_row(run, experiment) for run in runs], uri
 
 
@@ -141,7 +152,8 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
         run_id = client.create_run(exp.experiment_id, run_name="analysis",
                                    tags={KIND_TAG: "analysis", "sweep": experiment, **tags}).info.run_id
     except Exception as err:  # see read_trial_runs
-        raise ValueError(f"cannot log the analysis to {uri}: {type(err).__name__}: {err}".splitlines()[0]) from None
+        message = f"cannot log the analysis to {uri}: {type(err).__name__}: {err}".splitlines()[0]
+        raise ValueError(redact(message)) from None
     try:
         now = int(time.time() * 1000)
         client.log_batch(run_id,
@@ -155,6 +167,6 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
             client.delete_run(old)
     except Exception as err:
         client.set_terminated(run_id, status="FAILED")
-        raise ValueError(f"logging the analysis run {run_id} failed: {type(err).__name__}: {err}"
-                         .splitlines()[0]) from None
+        raise ValueError(redact(f"logging the analysis run {run_id} failed: {type(err).__name__}: {err}"
+                                .splitlines()[0])) from None
     return run_id, replaced

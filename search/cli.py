@@ -58,10 +58,10 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from .tune_runner import run_search  # imports Ray: only when a sweep really runs
-
     spec = SweepSpec.from_toml(args.spec, objective=args.objective, address=args.address,
                                tracking_uri=args.tracking_uri)
+    from .tune_runner import run_search  # imports Ray (~2 s): only once the spec is known to be good
+
     run_search(spec, resume=args.resume, verbose=args.verbose)
     return 0
 

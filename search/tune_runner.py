@@ -210,14 +210,57 @@ class CellSearcher(Searcher):
 
 
 # ---- the trial -----------------------------------------------------------------------------------------
-def run_trial(config: dict[str, Any]) -> None:
-    """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow."""
+def run_trial(config: dict[str, Any], receipts: str = "") -> None:
+    """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
+
+    The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
+    finds its receipt reports it instead of running again. Tune saves its experiment state every few seconds
+    and copies it to storage in the background, so after a crash it restarts trials that had already
+    finished (and been logged); with the receipt none of them is simulated or trained twice.
+    """
     trial = config["trial"]
-    if trial["objective"] == "simulate":
-        result = objectives.simulate(trial)
-    else:
-        result = objectives.train(trial, report=tune.report)
+    receipt = Receipt(receipts, config["meta"]["trial_key"], trial) if receipts else None
+    result = receipt.load() if receipt else None
+    if result is None:
+        if trial["objective"] == "simulate":
+            result = checked(objectives.simulate(trial))
+        else:
+            result = checked(objectives.train(trial, report=tune.report))
+        if receipt:
+            receipt.save(result)
     tune.report(result)
+
+
+def checked(result: dict[str, Any]) -> dict[str, Any]:
+    """An "ok" result without a finite loss becomes status "invalid" with the reason, so that neither MLflow,
+    the searcher nor the progress lines take it for a measurement."""
+    if result.get("status") == "ok" and not _finite(result.get(METRIC)):
+        return {**result, "status": "invalid",
+                "reason": f"the objective returned {METRIC} = {result.get(METRIC)} with status ok"}
+    return result
+
+
+class Receipt:
+    """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/`` (local or object storage),
+    named by a hash of its trial key and config, written whole (a temporary file, then a rename)."""
+
+    def __init__(self, folder: str, key: str, trial_config: dict[str, Any]):
+        blob = json.dumps({"key": key, "trial": trial_config}, sort_keys=True, default=str)
+        self._fs, self._folder = pyarrow.fs.FileSystem.from_uri(folder)
+        self._file = f"{self._folder}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json"
+
+    def load(self) -> dict[str, Any] | None:
+        if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
+            return None
+        with self._fs.open_input_stream(self._file) as f:
+            return json.loads(f.read().decode())
+
+    def save(self, result: dict[str, Any]) -> None:
+        self._fs.create_dir(self._folder, recursive=True)
+        partial = f"{self._file}.{os.getpid()}.partial"
+        with self._fs.open_output_stream(partial) as f:
+            f.write(json.dumps(result).encode())
+        self._fs.move(partial, self._file)
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -290,12 +333,22 @@ def searched(trial: Any) -> float:
 
 
 def error_reason(trial: Any) -> str:
-    """The last line of the trial's error (the exception message), for the run's ``reason`` tag."""
+    """Why the trial failed, for the run's ``reason`` tag: the last line of its last error (the exception
+    message), or, when its worker process died (a signal such as the out-of-memory killer's SIGKILL, or an
+    exit), Ray's exit type and detail; then how many attempts it had (1 + the retries)."""
     try:
-        lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
-        return lines[-1][:500] if lines else "trial raised"
+        last = Path(trial.error_file).read_text().rsplit("Failure # ", 1)[-1]  # one block per failed attempt
+        lines = [ln.strip() for ln in last.splitlines() if ln.strip()]
     except (OSError, TypeError):
-        return "trial raised"
+        lines = []
+    died = next((ln for ln in lines if ln.startswith("The actor is dead because its worker process has died")), "")
+    if died:  # Ray's line goes on with a list of possible causes; its first sentences say what happened
+        reason = "worker process died: " + died.split(" Some common causes")[0].removeprefix(
+            "The actor is dead because its worker process has died. ")
+    else:
+        reason = lines[-1] if lines else "trial raised"
+    attempts = max(1, getattr(trial, "num_failures", 1))
+    return f"{reason[:400]} ({attempts} attempt{'s' if attempts > 1 else ''})"
 
 
 # ---- the driver ----------------------------------------------------------------------------------------
@@ -388,7 +441,8 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
     simulated = stage == "search" and spec.objective == "simulate"
     os.environ[SNAPSHOT_ENV] = snapshot_period or ("2" if simulated else "0")
     path = f"{spec.storage.rstrip('/')}/{spec.name}/{stage}"
-    trainable = tune.with_resources(run_trial, spec.resources(stage))
+    trainable = tune.with_resources(tune.with_parameters(run_trial, receipts=f"{path}/receipts"),
+                                    spec.resources(stage))
     if tune.Tuner.can_restore(path):
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
