@@ -13,6 +13,7 @@ password of a ``http://user:password@host`` URI is shown as ``***``.
 from __future__ import annotations
 
 import math
+import os
 import re
 import sqlite3
 import time
@@ -31,6 +32,7 @@ NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", 
 # Where a number lives when the trial logged no metrics (failed runs): a tag of another name.
 TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
 HEALTH_TIMEOUT_S = 5.0
+SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 DEFAULT_RUN_DIR = "loopscale-runs"  # where ``loopscale search`` keeps its store unless told otherwise
 _URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
 
@@ -162,6 +164,7 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
         client.log_artifacts(run_id, str(out_dir))
         if replaced:
             client.set_tag(run_id, "loopscale.replaces", ",".join(replaced))
+        os.environ.setdefault(SUPPRESS_URLS, "true")  # else MLflow prints the run's URL, password included
         client.set_terminated(run_id)
         for old in replaced:  # only once the new run is complete
             client.delete_run(old)

@@ -67,6 +67,7 @@ def prepare_data(data: dict[str, Any] | None, seq_len: int, cache_dir: str, val_
     final = os.path.join(cache_dir, fingerprint)
     if os.path.isfile(os.path.join(final, META)):
         return fingerprint
+    created = _first_missing(cache_dir)  # removed again if the build fails: bad data leaves nothing behind
     os.makedirs(cache_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{fingerprint}.", dir=cache_dir)
     try:
@@ -82,8 +83,18 @@ def prepare_data(data: dict[str, Any] | None, seq_len: int, cache_dir: str, val_
             shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            shutil.rmtree(created, ignore_errors=True)
         raise
     return fingerprint
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost directory on the way to ``path`` that does not exist yet (None when ``path`` exists)."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        missing, path = path, os.path.dirname(path)
+    return missing
 
 
 @dataclass

@@ -68,8 +68,14 @@ def _open_text_dataset(data: dict[str, Any], hf_cache_dir: str) -> tuple[Any, st
     if data["source"] == "files":
         fmt = FILE_FORMATS[data["format"]]
         extra = {"sample_by": data["sample_by"], "keep_linebreaks": True} if fmt == "text" else {}
-        ds = datasets.load_dataset(fmt, data_files=resolve_files(data["path"]), split="train",
-                                   cache_dir=hf_cache_dir, keep_in_memory=True, **extra)
+        try:
+            ds = datasets.load_dataset(fmt, data_files=resolve_files(data["path"]), split="train",
+                                       cache_dir=hf_cache_dir, keep_in_memory=True, **extra)
+        except Exception as err:  # a corrupted file surfaces as one of many types, wrapped; show the cause
+            while err.__cause__ is not None:
+                err = err.__cause__
+            raise ValueError(f"data.path: cannot read {data['path']!r} as {fmt}: {type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''}") from None
         return ds.shuffle(seed=seed, keep_in_memory=True), data["text_field"]
     check_hub_reachable(data["name"])
     try:
@@ -100,13 +106,17 @@ def check_hub_reachable(name: str) -> None:
 
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
-    """No progress bars while a cache is built; the caller's setting is restored afterwards."""
+    """No progress bars and no log lines while a cache is built (a failure surfaces as one ValueError line,
+    not also as datasets' own error log); the caller's settings are restored afterwards."""
     import datasets
 
     was_enabled = not datasets.are_progress_bars_disabled()
+    verbosity = datasets.logging.get_verbosity()
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         yield
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if was_enabled:
             datasets.enable_progress_bars()

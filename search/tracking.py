@@ -6,8 +6,9 @@ Layout (``analysis`` reads exactly this):
 * a parent run per sweep: tag ``loopscale.kind = "sweep"``, the spec file (secrets redacted) as an artifact.
 * one run per trial nested under it (``mlflow.parentRunId``): tag ``loopscale.kind = "trial"`` and tags
   ``sweep, stage, cell, r, budget, objective, spec_hash, code_version, data_fingerprint, status, reason,
-  trial_key``; params = the trial config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every
-  numeric metric of the trial's final result at step = its optimizer steps, plus the ``train_loss`` curve.
+  trial_key`` and ``node`` (the id of the Ray node the trial ran on, once it finished); params = the trial
+  config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every numeric metric of the trial's
+  final result at step = its optimizer steps, plus the ``train_loss`` curve.
 
 Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial: a trial whose
 run already FINISHED (or FAILED) is not logged again; a RUNNING run left by a killed driver is deleted and the
@@ -17,11 +18,14 @@ batched (``log_batch``): one call when a trial starts, curve points every ``flus
 
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import re
 import subprocess
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -40,7 +44,9 @@ KIND_TAG = "loopscale.kind"
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
 PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
-_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|api_?key|credential|auth|(^|_)token)$")
+SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+_SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
+                         r"(^|_)token)$")
 _URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
 
 
@@ -51,12 +57,28 @@ def is_secret_key(name: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """A TOML text with URI passwords and the values of secret-looking keys replaced by ``***``."""
+    """A TOML text with URI passwords and the values of secret-looking keys replaced by ``***``: the value of
+    such a key is replaced wherever it appears (its own line, an inline table, a comment that repeats it)."""
+    try:
+        values = {str(v) for v in _secret_values(tomllib.loads(text)) if str(v)}
+    except tomllib.TOMLDecodeError:
+        values = set()
+    for value in sorted(values, key=len, reverse=True):  # longest first: one secret may contain another
+        text = text.replace(value, "***")
     lines = []
     for line in _URI_PASSWORD.sub(r"\1***\3", text).splitlines():
         key, eq, _ = line.partition("=")
         lines.append(f"{key}= \"***\"" if eq and is_secret_key(key.strip().strip('"')) else line)
     return "\n".join(lines) + "\n"
+
+
+def _secret_values(tree: Any, secret: bool = False) -> list[Any]:
+    """The scalar values under secret-looking keys at any depth of a parsed TOML document."""
+    if isinstance(tree, dict):
+        return [v for key, value in tree.items() for v in _secret_values(value, secret or is_secret_key(key))]
+    if isinstance(tree, list):
+        return [v for item in tree for v in _secret_values(item, secret)]
+    return [tree] if secret else []
 
 
 def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -97,10 +119,37 @@ def experiment_tags(spec: SweepSpec) -> dict[str, str]:
                                    "width d); the 'analysis' run holds the fitted law, tables and plots."}
 
 
+_READY_STORES: set[str] = set()  # sqlite stores this process has created or checked under the lock
+
+
+def ready_store(uri: str) -> None:
+    """Create (or check) a sqlite store's schema once per process, holding an exclusive lock on
+    ``<database>.lock``. MLflow builds a schema in dozens of migrations, one transaction each: two drivers
+    opening one fresh store at once both run them and the loser leaves the database half-migrated (mlflow#4123;
+    seen with 8 at once in tests/test_concurrency.py), and so does a driver killed while it runs them. A
+    half-migrated store is unreadable for good, so a new one is built under a temporary name and renamed into
+    place when complete. An HTTP server migrates its own store once."""
+    if not uri.startswith("sqlite:///") or uri in _READY_STORES:
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not database.exists():
+            for stale in database.parent.glob(f"{database.name}.*.new"):  # left by a creator that was killed
+                stale.unlink()
+            scratch = database.with_name(f"{database.name}.{os.getpid()}.new")
+            MlflowClient(f"sqlite:///{scratch}").search_experiments(max_results=1)  # MLflow builds it on first use
+            os.replace(scratch, database)  # sqlite's default rollback journal: every migration is in the file
+        MlflowClient(uri).search_experiments(max_results=1)  # an existing store: MLflow checks its schema
+    _READY_STORES.add(uri)
+
+
 def find_parent_run(spec: SweepSpec) -> Any | None:
     """The sweep's parent run if the store already has one; reads only (a missing sqlite file stays missing)."""
     if spec.tracking_uri.startswith("sqlite:///") and not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists():
         return None
+    ready_store(spec.tracking_uri)  # the file may be a store another driver is creating right now
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     if experiment is None:
@@ -115,6 +164,10 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
     Run on the driver before any trial starts, so no trial races to create the schema (mlflow#4123).
     """
     mlflow.set_tracking_uri(spec.tracking_uri)  # the trial logger resolves the store through it
+    # MLflow prints every ended run's URL to stdout, a password in the URI included, and fetches the run again
+    # to do so (one more request per trial); the progress lines already say where the runs are.
+    os.environ.setdefault(SUPPRESS_URLS, "true")
+    ready_store(spec.tracking_uri)
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     if experiment is None:
@@ -244,7 +297,10 @@ class TrialTracker:
         reason = str(result.get("reason", "")) or ("" if status == "ok" else f"trial reported status {status}")
         now_ms, step = int(time.time() * 1000), int(result.get("steps", 0) or 0)
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
-        self._flush(entry, tags=[RunTag("status", status), RunTag("reason", reason)])
+        tags = [RunTag("status", status), RunTag("reason", reason)]
+        if result.get("node"):
+            tags.append(RunTag("node", str(result["node"])))
+        self._flush(entry, tags=tags)
         self._client.set_terminated(entry.run_id, RunStatus.to_string(RunStatus.FINISHED))
         self._done[key] = (entry.run_id, entry.params)
 

@@ -226,6 +226,8 @@ def run_trial(config: dict[str, Any], receipts: str = "") -> None:
             result = checked(objectives.simulate(trial))
         else:
             result = checked(objectives.train(trial, report=tune.report))
+        # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes)
+        result = {**result, "node": ray.get_runtime_context().get_node_id()}
         if receipt:
             receipt.save(result)
     tune.report(result)

@@ -112,20 +112,27 @@ def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
 
     experiment = MlflowClient(tracking_uri).get_experiment_by_name(name)
     if experiment is None:
-        raise ValueError(f"no experiment {name!r} in {tracking_uri}; run `loopscale search` first")
+        from .spec import redact_uri
+
+        raise ValueError(f"no experiment {name!r} in {redact_uri(tracking_uri)}; run `loopscale search` first")
     return experiment.experiment_id
 
 
 def serve(tracking_uri: str, host: str, port: int, experiment: str | None) -> int:
     """Run the UI on ``experiment``'s runs until Ctrl-C / SIGTERM; returns the exit code."""
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
-        raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
+    from .spec import check_tracking_uri, redact_uri
+
+    if tracking_uri.startswith("sqlite:///"):
+        if not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
+            raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
+        check_tracking_uri(tracking_uri)  # a corrupted file: one line, not SQLAlchemy's traceback
     experiment_id = experiment_id_of(tracking_uri, experiment)
     if host != LOOPBACK:
         print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
               "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)
     proc, base = start_server(tracking_uri, host, port)
-    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {tracking_uri}; Ctrl-C stops it)", flush=True)
+    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact_uri(tracking_uri)}; Ctrl-C stops it)",
+          flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         proc.wait()

@@ -1,0 +1,101 @@
+"""Many machines, on one: a Ray cluster of a head with no CPUs and two 1-CPU worker nodes
+(``ray.cluster_utils.Cluster``) runs a simulated sweep through ``loopscale search --address``, logging to an MLflow
+tracking server on loopback that is backed by a real PostgreSQL server (tests/servers.py).
+
+Every trial must run on a worker node (the head has no CPU), both workers must get trials, and every run must
+reach PostgreSQL through the server with the id of the node it ran on (the ``node`` tag). Starting three Ray
+nodes, PostgreSQL and MLflow takes about a minute on 2 cores, so this is the one test that does it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from search import SweepSpec
+from search.cli import main
+from servers import mlflow_server, postgres_bin, postgres_database
+from test_spec import write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def processes_using(path: str) -> list[int]:
+    """PIDs of the processes whose command line mentions ``path`` (the cluster's session files)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if path in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """Head (0 CPUs) + two workers (1 CPU each); every process is found by its private temp dir afterwards."""
+    from ray.cluster_utils import Cluster
+
+    temp = tempfile.mkdtemp(prefix="lsc", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 0})
+    try:
+        workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        cluster.wait_for_nodes()
+        yield cluster, workers
+    finally:
+        cluster.shutdown()
+        for pid in processes_using(temp):  # anything cluster.shutdown() left behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def count_rows(database_uri: str, sql: str) -> int:
+    """Ask PostgreSQL itself (not MLflow) how many rows a query returns."""
+    url = urllib.parse.urlsplit(database_uri)
+    done = subprocess.run(["runuser", "-u", "postgres", "--", postgres_bin("psql") or "psql", "-h", url.hostname,
+                           "-p", str(url.port), "-d", url.path.lstrip("/"), "-tAc", sql],
+                          check=True, capture_output=True, text=True, timeout=60)
+    return int(done.stdout.strip())
+
+
+def test_a_sweep_spreads_over_two_worker_nodes_and_logs_to_a_postgres_backed_server(tmp_path, cluster, capsys):
+    ray_cluster, workers = cluster
+    with postgres_database() as database, mlflow_server(database, str(tmp_path / "artifacts")) as url:
+        # trials of 3 s each: one worker alone would need 24 s, far longer than the other worker takes to start
+        # its trial process even on a loaded machine (Tune gives a trial still waiting for its process to an
+        # idle one, so with instant trials the first worker could take them all)
+        path = write_spec(tmp_path, tracking_uri=url, budgets=[1e12, 1e13], recurrences=[1, 2], trials_per_cell=2,
+                          simulate={"delay_s": 3.0})
+        spec = SweepSpec.from_toml(path)
+        assert main(["search", str(path), "--address", ray_cluster.address]) == 0
+        assert "[search 8/8]" in capsys.readouterr().out
+
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name(spec.name)
+        runs = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'")
+        assert len(runs) == spec.planned_trials() == 8
+        assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
+        nodes = [r.data.tags["node"] for r in runs]
+        assert set(nodes) == {w.node_id for w in workers}  # both workers, never the CPU-less head
+        assert ray_cluster.head_node.node_id not in nodes
+
+        # the runs live in PostgreSQL: the sweep's parent run plus one per trial, with their node tags
+        assert count_rows(database, "SELECT count(*) FROM runs") == 9
+        assert count_rows(database, "SELECT count(*) FROM tags WHERE key = 'node'") == 8
+        (parent,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
+        assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["spec.toml"]
+    assert not (tmp_path / "mlflow.db").exists()

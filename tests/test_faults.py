@@ -1,0 +1,194 @@
+"""Faults inside trials, injected for real through the simulated objective's testing aid (objectives/simulate.py):
+a trial that raises, one that returns NaN, one killed by SIGKILL of its own worker process (what the out-of-memory
+killer does) and a worker process that exits. The sweep must finish, retry each failure exactly
+``[resources] retries`` times, record every outcome in MLflow with its status and reason, and the analysis must
+count and exclude them, saying why. Real Ray, real MLflow sqlite, nothing mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import shutil
+import signal
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from analysis import exclusions, load_runs
+from objectives import simulate
+from search import SweepSpec
+from search.cli import main
+from search.tune_runner import Receipt, run_search
+from test_kill_resume import kill_leftovers
+from test_spec import base_spec, to_toml
+
+RETRIES = 1
+
+
+def write_fault_spec(tmp_path: Path, faults: dict[str, str], filename: str = "spec.toml", **overrides: Any) -> Path:
+    """A simulated sweep spec with a ``[simulate.faults]`` table (its keys need quoting, so it is written here)."""
+    spec = base_spec(tmp_path, **overrides)
+    text = to_toml(spec) + "\n[simulate.faults]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in faults.items())
+    path = tmp_path / filename
+    path.write_text(text)
+    return path
+
+
+def journal_events(path: Path) -> Counter:
+    """(event, C, r, s) -> how many times it was journaled."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return Counter((e["event"], e["budget_flops"], e["r"], e["s"]) for e in entries)
+
+
+# ---- the hook itself, without Ray ------------------------------------------------------------------------
+def trial_config(tmp_path: Path, fault: str, **extra: Any) -> dict[str, Any]:
+    spec = SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=1e+12,r=1/s=2": fault}, budgets=[1e12], recurrences=[1],
+                                                simulate={"journal": str(tmp_path / "journal.jsonl")}))
+    (cell,) = spec.cells()
+    return {**spec.trial_config(cell, 2.0), **extra}
+
+
+def test_raise_and_nan_faults_and_once_uses_the_journal(tmp_path):
+    config = trial_config(tmp_path, "raise-once")
+    assert config["faults"] == {"2": "raise-once"}
+    with pytest.raises(RuntimeError, match="injected fault"):
+        simulate(config)
+    clean = simulate(config)  # the second execution: no fault, the trial's usual loss
+    assert clean["status"] == "ok" and math.isfinite(clean["val_loss"])
+    assert simulate({**config, "s": 3.0})["status"] == "ok"  # other widths of the cell are not touched
+    events = journal_events(tmp_path / "journal.jsonl")
+    assert events[("start", 1e12, 1, 2.0)] == 2 and events[("end", 1e12, 1, 2.0)] == 1
+
+    nan = simulate({**config, "faults": {"2": "nan"}})
+    assert nan["status"] == "ok" and math.isnan(nan["val_loss"])  # an objective that misses its own divergence
+
+
+def _run_simulate(config: dict[str, Any]) -> None:
+    simulate(config)
+
+
+@pytest.mark.parametrize("fault, exitcode", [("sigkill", -signal.SIGKILL), ("exit", 1)])
+def test_sigkill_and_exit_end_the_trial_process(tmp_path, fault, exitcode):
+    config = trial_config(tmp_path, fault)
+    child = multiprocessing.get_context("fork").Process(target=_run_simulate, args=(config,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == exitcode
+
+
+@pytest.mark.parametrize("faults, simulate_table, message", [
+    ({"C=1e+12,r=3/s=2": "raise"}, {}, "names no cell"),
+    ({"C=1e+12,r=1/s=99": "raise"}, {}, "not a width of cell"),
+    ({"C=1e+12,r=1/s=2": "segfault"}, {}, "is not a fault"),
+    ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[simulate\\] journal"),
+    ({}, {"delay_s": -1}, "delay_s must be >= 0"),
+])
+def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, simulate_table, message):
+    path = write_fault_spec(tmp_path, faults, budgets=[1e12], recurrences=[1], simulate=simulate_table or None)
+    with pytest.raises(ValueError, match=message):
+        SweepSpec.from_toml(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]  # nothing written
+
+
+def test_a_receipt_returns_the_result_only_for_the_same_trial(tmp_path):
+    config = {"s": 2.0, "r": 1, "budget_flops": 1e12}
+    receipt = Receipt(str(tmp_path / "receipts"), "search/C=1e+12,r=1/1", config)
+    assert receipt.load() is None
+    receipt.save({"val_loss": float("nan"), "status": "invalid"})
+    assert math.isnan(receipt.load()["val_loss"])
+    assert Receipt(str(tmp_path / "receipts"), "search/C=1e+12,r=1/1", {**config, "s": 3.0}).load() is None
+    assert Receipt(str(tmp_path / "receipts"), "search/C=1e+12,r=1/2", config).load() is None
+    assert [p.suffix for p in (tmp_path / "receipts").iterdir()] == [".json"]  # no partial file left
+
+
+# ---- a sweep with every kind of fault --------------------------------------------------------------------
+@pytest.fixture
+def private_ray():
+    """A local Ray whose files live in a private folder, so anything it leaves behind is found and killed."""
+    folder = tempfile.mkdtemp(prefix="lsf", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR", _temp_dir=folder)
+    yield
+    ray.shutdown()
+    kill_leftovers(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+FAULTS = {
+    "C=1e+12,r=1/s=1": "raise",         # raises on every attempt: exhausts its retries
+    "C=1e+12,r=1/s=2": "nan",           # returns a NaN loss with status ok
+    "C=1e+12,r=2/s=1": "sigkill-once",  # its worker is SIGKILLed (as by the OOM killer); the retry succeeds
+    "C=1e+12,r=2/s=2": "exit",          # its worker process exits on every attempt
+}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_excluded(tmp_path, private_ray, capsys):
+    journal = tmp_path / "journal.jsonl"
+    spec = SweepSpec.from_toml(write_fault_spec(
+        tmp_path, FAULTS, budgets=[1e12, 1e13], recurrences=[1, 2], sampler="grid", trials_per_cell=4,
+        widths={"s_min": 1, "s_max": 4}, simulate={"journal": str(journal)}, resources={"retries": RETRIES}))
+    assert spec.planned_trials() == 16  # every width of every cell: each fault's trial surely runs
+
+    run_search(spec)  # the sweep finishes despite the faults
+
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    every = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'", max_results=1000,
+                               run_view_type=ViewType.ALL)
+    runs = [r for r in every if r.info.lifecycle_stage == "active"]
+    assert len(runs) == len({r.data.tags["trial_key"] for r in runs}) == 16  # one run per trial
+    assert not [r for r in every if r.info.status == "RUNNING"]
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
+    assert parent.info.status == "FINISHED"
+
+    outcome = {f"{r.data.tags['cell']}/s={float(r.data.params['s']):g}": r for r in runs}
+    attempts = f"({RETRIES + 1} attempts)"
+    raised, nan, killed, exited = (outcome[k] for k in FAULTS)
+    assert (raised.info.status, raised.data.tags["status"]) == ("FAILED", "failed")
+    assert raised.data.tags["reason"] == \
+        f"RuntimeError: injected fault: the trial at C=1e+12, r=1, s=1 raised {attempts}"
+    assert (nan.info.status, nan.data.tags["status"]) == ("FINISHED", "invalid")
+    assert nan.data.tags["reason"] == "the objective returned val_loss = nan with status ok"
+    assert "val_loss" not in nan.data.metrics and nan.data.metrics["tokens"] > 0  # the rest of it was logged
+    assert (killed.info.status, killed.data.tags["status"], killed.data.tags["reason"]) == ("FINISHED", "ok", "")
+    assert math.isfinite(killed.data.metrics["val_loss"])
+    assert (exited.info.status, exited.data.tags["status"]) == ("FAILED", "failed")
+    assert exited.data.tags["reason"].startswith("worker process died: Worker exit type: SYSTEM_ERROR")
+    assert exited.data.tags["reason"].endswith(attempts)
+    healthy = [r for key, r in outcome.items() if key not in FAULTS]
+    assert len(healthy) == 12 and all(r.data.tags["status"] == "ok" and r.info.status == "FINISHED" for r in healthy)
+
+    # retries are bounded: what the journal says each trial went through
+    events = journal_events(journal)
+    for key, runs_of in (("C=1e+12,r=1/s=1", RETRIES + 1), ("C=1e+12,r=2/s=2", RETRIES + 1),
+                         ("C=1e+12,r=2/s=1", 2), ("C=1e+12,r=1/s=2", 1)):
+        cell = spec.cells()[[c.key for c in spec.cells()].index(key.split("/")[0])]
+        s = float(key.split("s=")[1])
+        assert events[("start", cell.budget, cell.r, s)] == runs_of, key
+    assert events[("end", 1e12, 2, 1.0)] == 1 and events[("end", 1e12, 1, 1.0)] == 0
+    assert sum(n for (event, *_), n in events.items() if event == "start") == 16 + 2 * RETRIES + 1
+
+    # the analysis counts and excludes them with the reasons
+    table = load_runs(spec.name, spec.tracking_uri)
+    assert len(table) == 16 and (table["status"] == "ok").sum() == 13
+    counts = {(row.status, row.reason.split(":")[0]): row.count for row in exclusions(table).itertuples()}
+    assert counts == {("failed", "RuntimeError"): 1, ("failed", "worker process died"): 1,
+                      ("invalid", "the objective returned val_loss = nan with status ok"): 1}
+    capsys.readouterr()
+    out_dir = tmp_path / "analysis"
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out_dir),
+                 "--n-starts", "50", "--n-bootstrap", "0", "--no-log"]) == 0
+    report = capsys.readouterr().out
+    assert "16 runs, 13 used, 3 excluded" in report
+    assert "excluded: 3 runs:" in report and "1 invalid (the objective returned val_loss = nan" in report
+    assert "1 failed (worker process died: Worker exit type: SYSTEM_ERROR" in report
+    assert "1 failed (RuntimeError: injected fault" in report

@@ -1,0 +1,131 @@
+"""Secrets never reach MLflow, and the servers the project starts listen on loopback only.
+
+A small simulated sweep and its analysis run against MLflow's basic-auth server (tests/servers.py): the search
+with the password in the tracking URI, the analysis with it in MLFLOW_TRACKING_USERNAME/PASSWORD, and a spec
+holding secret-looking keys (``data.token`` in an inline table and again in a comment, ``recipe.api_key``).
+Then every param, tag and run name of every run of the experiment (deleted ones included), every artifact file
+in the server's artifact store, the server's raw database, the console output, the analysis output and the
+local Tune state are searched for the secret strings. The server is also checked to listen on loopback only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from search.cli import build_parser, main
+from search.tracking import SUPPRESS_URLS
+from search.ui import LOOPBACK, server_command, start_server
+from servers import mlflow_server
+from test_spec import base_spec, to_toml
+
+PASSWORD = f"pw-{secrets.token_hex(8)}"  # the tracking server's admin password
+TOKEN = f"hf_{secrets.token_hex(8)}"  # a data token in the spec
+API_KEY = f"sk-{secrets.token_hex(8)}"  # a recipe API key in the spec
+SECRETS = (PASSWORD, TOKEN, API_KEY)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a socket in LISTEN state on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].split(":")
+            if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            if len(address) == 8:
+                found.add(socket.inet_ntop(socket.AF_INET, struct.pack("<I", int(address, 16))))
+            else:  # four little-endian 32-bit words
+                words = struct.pack("<4I", *(int(address[i:i + 8], 16) for i in range(0, 32, 8)))
+                found.add(socket.inet_ntop(socket.AF_INET6, words))
+    return found
+
+
+def assert_loopback_only(base_url: str) -> None:
+    port = int(base_url.rsplit(":", 1)[1])
+    assert listening_addresses(port) == {LOOPBACK}, listening_addresses(port)
+    others = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)} - {LOOPBACK}
+    for address in others:  # and the machine's other addresses really refuse it
+        with socket.socket() as sock, pytest.raises(OSError):
+            sock.settimeout(3)
+            sock.connect((address, port))
+
+
+def test_ui_and_servers_default_to_loopback():
+    assert start_server.__defaults__[0] == LOOPBACK  # host
+    cmd = server_command("sqlite:///x.db", LOOPBACK, 5000)
+    assert cmd[cmd.index("--host") + 1] == LOOPBACK and "--allowed-hosts" not in cmd
+    assert build_parser().parse_args(["ui"]).host == LOOPBACK  # `loopscale ui` without --host
+
+
+def every_text_of(runs: list) -> list[str]:
+    """Names, params and tags of runs."""
+    return [text for run in runs for text in (run.info.run_name or "", *map(str, run.data.params.items()),
+                                              *map(str, run.data.tags.items()))]
+
+
+def files_text(root: Path) -> str:
+    return "\n".join(f.read_bytes().decode(errors="replace") for f in sorted(root.rglob("*")) if f.is_file())
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_no_secret_reaches_params_tags_or_artifacts(tmp_path, monkeypatch, capsys):
+    config = tmp_path / "basic_auth.ini"
+    config.write_text("[mlflow]\ndefault_permission = READ\n"
+                      f"database_uri = sqlite:///{tmp_path}/auth.db\n"
+                      f"admin_username = admin\nadmin_password = {PASSWORD}\n"
+                      "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_URI", SUPPRESS_URLS):
+        monkeypatch.delenv(name, raising=False)
+    with mlflow_server(f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts"),
+                       auth_config=str(config)) as url:
+        assert_loopback_only(url)  # the project's server launcher, as `loopscale ui` uses it
+        with_password = url.replace("http://", f"http://admin:{PASSWORD}@")
+        spec = base_spec(tmp_path, name="secrets", tracking_uri=with_password, budgets=[1e12, 1e13],
+                         recurrences=[1, 2], trials_per_cell=3, template={"vocab_size": 256},
+                         recipe={"api_key": API_KEY})
+        text = (f"# the hub token, for later: {TOKEN}\n"
+                f'data = {{ source = "hub", name = "org/set", token = "{TOKEN}" }}\n' + to_toml(spec))
+        path = tmp_path / "spec.toml"
+        path.write_text(text)
+
+        assert main(["search", str(path)]) == 0  # credentials in the URI
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
+        out = tmp_path / "analysis"
+        assert main(["analyze", "--experiment", "secrets", "--tracking-uri", url, "--out", str(out),
+                     "--n-starts", "30", "--n-bootstrap", "10"]) == 0  # credentials in the environment
+        assert main(["analyze", "--experiment", "secrets", "--tracking-uri", with_password, "--out", str(out),
+                     "--n-starts", "30", "--n-bootstrap", "0"]) == 0  # in the URI: replaces the first analysis
+        console = capsys.readouterr()
+
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name("secrets")
+        runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL, max_results=1000)
+        kinds = sorted(r.data.tags.get("loopscale.kind", "") for r in runs)
+        assert kinds == ["analysis"] * 2 + ["sweep"] + ["trial"] * 12
+        texts = [experiment.name, *map(str, experiment.tags.items()), *every_text_of(runs)]
+        # every artifact went through the server to its store (read below, file by file), none elsewhere
+        assert all(r.info.artifact_uri.startswith("mlflow-artifacts:/") for r in runs)
+
+    artifacts = {str(f.relative_to(tmp_path)): f.read_bytes().decode(errors="replace")
+                 for f in sorted((tmp_path / "server-artifacts").rglob("*")) if f.is_file()}
+    store = (tmp_path / "server.db").read_bytes().decode(errors="replace")
+    everything = "\n".join([*texts, *artifacts.values(), console.out, console.err, store, files_text(out),
+                            files_text(tmp_path / "tune")])
+    for secret in SECRETS:
+        assert secret not in everything
+    # the places a leak would show up were really searched: the logged spec, the analysis output, the console
+    (spec_artifact,) = [text for name, text in artifacts.items() if name.endswith("spec.toml")]
+    assert spec_artifact.startswith("# the hub token, for later: ***")
+    assert 'token = "***"' in spec_artifact and 'api_key = "***"' in spec_artifact
+    assert "admin:***@" in spec_artifact and "admin:***@" in console.out and "[search 12/12]" in console.out
+    assert sum(name.endswith("summary.json") for name in artifacts) == 2  # both analysis runs' artifacts
