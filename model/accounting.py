@@ -125,5 +125,11 @@ def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> 
         raise ValueError(f"FLOP budget must be positive, got {flops}")
     if batch_tokens <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-    steps = int(flops // (flops_per_token(config) * batch_tokens))
+    per_step = flops_per_token(config) * batch_tokens  # an exact int
+    steps = int(flops // per_step)
+    # Float division can be off by one step at large budgets; correct it with exact int-vs-float comparisons.
+    while steps > 0 and steps * per_step > flops:
+        steps -= 1
+    while (steps + 1) * per_step <= flops:
+        steps += 1
     return steps * batch_tokens

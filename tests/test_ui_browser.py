@@ -66,7 +66,8 @@ def page():
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser.new_page(viewport={"width": 1600, "height": 1000})
+        # tall enough that the runs grid (virtualised: it renders only visible rows) shows every run at once
+        yield browser.new_page(viewport={"width": 1600, "height": 2400})
         browser.close()
 
 
@@ -80,14 +81,15 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
 
     page.goto(url)
     page.wait_for_selector("text=analysis", timeout=90_000)
-    page.get_by_text(re.compile(r"\d+ matching runs")).wait_for(timeout=30_000)
+    page.get_by_text("21 matching runs").wait_for(timeout=60_000)  # trials + the sweep's run + the analysis run
+    for run in trials:
+        page.get_by_text(run.info.run_name, exact=True).first.wait_for(timeout=30_000)
     page.screenshot(path=str(SHOTS / "runs.png"), full_page=True)
     body = page.inner_text("body")
     for run in trials:
         # every trial is listed by name, and the name carries its r and width
         assert run.info.run_name in body
         assert f"r={run.data.tags['r']} d={int(run.data.metrics['width'])}" in run.info.run_name
-    assert "21 matching runs" in body  # trials + the sweep's run + the analysis run
 
     page.get_by_role("link", name="analysis", exact=True).click()
     page.get_by_text("Artifacts").first.click()
