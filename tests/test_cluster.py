@@ -15,7 +15,6 @@ import signal
 import subprocess
 import tempfile
 import urllib.parse
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -23,22 +22,10 @@ from mlflow.tracking import MlflowClient
 from search import SweepSpec
 from search.cli import main
 from servers import mlflow_server, postgres_bin, postgres_database
+from test_resume import processes_using
 from test_spec import write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def processes_using(path: str) -> list[int]:
-    """PIDs of the processes whose command line mentions ``path`` (the cluster's session files)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if path in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 @pytest.fixture
