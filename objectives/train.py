@@ -41,12 +41,17 @@ DEFAULT_VAL_TOKENS = 65_536
 Report = Callable[[dict[str, Any]], None]
 
 
+def rows_per_batch(batch_tokens: int, seq_len: int) -> int:
+    """Packed rows per optimizer step; a step must be whole rows of seq_len predicted tokens."""
+    if batch_tokens % seq_len:
+        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {seq_len}")
+    return batch_tokens // seq_len
+
+
 def trial_data(trial_config: dict[str, Any], config: LoopedConfig) -> tuple[PackedData, int]:
     """(memory-mapped data, rows per optimizer step) of a trial; builds the cache if no driver did."""
     seq_len = config.seq_len
-    batch_tokens = int(trial_config["batch_tokens"])
-    if batch_tokens % seq_len:
-        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {seq_len}")
+    rows = rows_per_batch(int(trial_config["batch_tokens"]), seq_len)
     cache_dir = trial_config.get("cache_dir") or default_cache_dir()
     fingerprint = prepare_data(trial_config.get("data"), seq_len, cache_dir,
                                int(trial_config.get("val_tokens", DEFAULT_VAL_TOKENS)))
@@ -54,7 +59,7 @@ def trial_data(trial_config: dict[str, Any], config: LoopedConfig) -> tuple[Pack
     if packed.meta["vocab_size"] > config.vocab_size:
         raise ValueError(f"data vocabulary {packed.meta['vocab_size']} exceeds the model's vocab_size "
                          f"{config.vocab_size}")
-    return packed, batch_tokens // seq_len
+    return packed, rows
 
 
 def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
@@ -63,8 +68,7 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     config = model_config(trial_config)
     recipe = normalize_recipe(trial_config.get("recipe"))
     batch_tokens = int(trial_config["batch_tokens"])
-    if batch_tokens % config.seq_len:
-        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {config.seq_len}")
+    rows_per_batch(batch_tokens, config.seq_len)  # fail before any work
     plan = accounting_metrics(config, trial_config["budget_flops"], batch_tokens)
     if plan["steps"] == 0:
         raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step of "
