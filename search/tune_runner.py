@@ -31,6 +31,7 @@ import pyarrow.fs
 import ray
 from ray import tune
 from ray.tune import Callback
+from ray.tune.result import EXPR_ERROR_FILE
 from ray.tune.search import Searcher
 
 import objectives
@@ -335,21 +336,28 @@ def searched(trial: Any) -> float:
 
 
 def error_reason(trial: Any) -> str:
-    """Why the trial failed, for the run's ``reason`` tag: the last line of its last error (the exception
-    message), or, when its worker process died (a signal such as the out-of-memory killer's SIGKILL, or an
-    exit), Ray's exit type and detail; then how many attempts it had (1 + the retries)."""
+    """Why the trial failed, for the run's ``reason`` tag (see ``failure_reason``), from its error log."""
     try:
-        last = Path(trial.error_file).read_text().rsplit("Failure # ", 1)[-1]  # one block per failed attempt
-        lines = [ln.strip() for ln in last.splitlines() if ln.strip()]
+        log = Path(trial.error_file).read_text()
     except (OSError, TypeError):
-        lines = []
+        log = ""
+    return failure_reason(log)
+
+
+def failure_reason(log: str) -> str:
+    """One line from Tune's error log of a trial (one ``Failure # n`` block per failed attempt): the last
+    line of the last block (the exception message), or, when the trial's worker process died (a signal such
+    as the out-of-memory killer's SIGKILL, or an exit), Ray's exit type and detail; then how many attempts
+    the trial had (1 + the retries)."""
+    blocks = log.split("Failure # ")
+    lines = [ln.strip() for ln in blocks[-1].splitlines() if ln.strip()]
     died = next((ln for ln in lines if ln.startswith("The actor is dead because its worker process has died")), "")
     if died:  # Ray's line goes on with a list of possible causes; its first sentences say what happened
         reason = "worker process died: " + died.split(" Some common causes")[0].removeprefix(
             "The actor is dead because its worker process has died. ")
     else:
         reason = lines[-1] if lines else "trial raised"
-    attempts = max(1, getattr(trial, "num_failures", 1))
+    attempts = max(1, len(blocks) - 1)
     return f"{reason[:400]} ({attempts} attempt{'s' if attempts > 1 else ''})"
 
 
@@ -469,11 +477,21 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
     outcome = StageOutcome(stage, studies=_saved_studies(path))
     for result in grid:
         metrics = {k: v for k, v in (result.metrics or {}).items() if k in METRIC_KEYS}
-        if result.error is not None or "status" not in metrics:
-            reason = str(result.error).strip().splitlines()[-1][:500] if result.error else "no final result"
-            metrics = {"status": "failed", "reason": reason}
+        if result.error is not None:
+            metrics = {"status": "failed", "reason": failure_reason(_error_log(result))}
+        elif "status" not in metrics:
+            metrics = {"status": "failed", "reason": "no final result"}
         outcome.results.append({**result.config["meta"], **metrics, "trial": result.config["trial"]})
     return outcome
+
+
+def _error_log(result: Any) -> str:
+    """Tune's error log of a failed trial (local or object storage), or its last error when that is gone."""
+    try:
+        with result.filesystem.open_input_stream(f"{result.path}/{EXPR_ERROR_FILE}") as f:
+            return f.read().decode()
+    except (OSError, AttributeError):
+        return f"Failure # 1\n{result.error}"
 
 
 def _saved_studies(path: str) -> dict[str, optuna.Study]:

@@ -138,7 +138,7 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
         widths={"s_min": 1, "s_max": 4}, simulate={"journal": str(journal)}, resources={"retries": RETRIES}))
     assert spec.planned_trials() == 16  # every width of every cell: each fault's trial surely runs
 
-    run_search(spec)  # the sweep finishes despite the faults
+    outcome_of_search = run_search(spec)  # the sweep finishes despite the faults
 
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
@@ -165,6 +165,10 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
     assert exited.data.tags["reason"].startswith("worker process died: Worker exit type: SYSTEM_ERROR")
     assert exited.data.tags["reason"].endswith(attempts)
     healthy = [r for key, r in outcome.items() if key not in FAULTS]
+    # what run_search returns says the same, in the same one line as MLflow
+    returned = {f"{r['cell']}/s={r['trial']['s']:g}": r for r in outcome_of_search.stages["search"].results}
+    assert {k: (r["status"], r.get("reason", "")) for k, r in returned.items()} == \
+        {k: (r.data.tags["status"], r.data.tags["reason"]) for k, r in outcome.items()}
     assert len(healthy) == 12 and all(r.data.tags["status"] == "ok" and r.info.status == "FINISHED" for r in healthy)
 
     # retries are bounded: what the journal says each trial went through
