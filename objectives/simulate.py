@@ -21,6 +21,10 @@ and no mocks; they never change the loss of a trial that completes:
   its own divergence), dies by ``sigkill`` of its own process (as the out-of-memory killer does), or ``exit``\\ s
   its worker process at once (``os._exit(1)``, a worker that dies). ``<action>-once`` acts only on the trial's
   first execution in the journal (its retries then succeed), so bounded retries can be told from endless ones.
+* ``rendezvous``: N (needs ``journal``); an execution, once journaled, waits until the journal holds N starts,
+  raising after ``RENDEZVOUS_TIMEOUT_S``. The first N trials then run at the same time, each holding its
+  resources: on a cluster whose nodes hold one trial each they land on N different nodes, however slowly
+  the nodes start their trial processes.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .trial import accounting_metrics, model_config
 DEFAULT_NOISE = 0.01
 FAULTS = ("raise", "nan", "sigkill", "exit")
 FAULT_ONCE = "-once"
+RENDEZVOUS_TIMEOUT_S = 300.0
 
 
 def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +58,7 @@ def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step at width "
                          f"{config.width}")
     earlier = _journal(trial_config, "start")
+    _rendezvous(trial_config)
     fault = _fault(trial_config, earlier)
     time.sleep(float(trial_config.get("delay_s", 0.0)))
     clean = law.loss(metrics["N_once"], metrics["N_rec"], config.r, metrics["tokens"])
@@ -91,10 +97,7 @@ def _journal(trial_config: dict[str, Any], event: str) -> int:
         return 0
     ident = {"budget_flops": float(trial_config["budget_flops"]), "r": int(trial_config["r"]),
              "s": float(trial_config["s"])}
-    earlier = 0
-    if event == "start" and os.path.exists(path):
-        with open(path) as f:
-            earlier = sum(1 for line in f if _same_start(line, ident))
+    earlier = _starts(path, ident) if event == "start" else 0
     line = json.dumps({"event": event, **ident, "pid": os.getpid(), "time": time.time()}) + "\n"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -105,7 +108,27 @@ def _journal(trial_config: dict[str, Any], event: str) -> int:
     return earlier
 
 
-def _same_start(line: str, ident: dict[str, Any]) -> bool:
+def _rendezvous(trial_config: dict[str, Any]) -> None:
+    """Wait until the journal holds ``rendezvous`` starts of any trial (see the module docstring)."""
+    want = int(trial_config.get("rendezvous", 0))
+    if want <= 1:
+        return
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+    while (started := _starts(trial_config["journal"])) < want:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rendezvous: {started} of {want} trials started within {RENDEZVOUS_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+
+
+def _starts(path: str, ident: dict[str, Any] | None = None) -> int:
+    """Start events in the journal: of the trial ``ident`` (budget_flops, r, s), or of any trial."""
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if _is_start(line, ident or {}))
+
+
+def _is_start(line: str, ident: dict[str, Any]) -> bool:
     try:
         entry = json.loads(line)
     except json.JSONDecodeError:  # a line cut short by a kill

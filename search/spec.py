@@ -27,7 +27,7 @@ Layout (every key optional unless marked)::
     [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k vocab_size
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
     [simulate]    # noise (nats, default 0.01), law = {E, A, alpha, B, beta, phi} (default: the paper's fit);
-                  # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl",
+                  # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl", rendezvous = N,
                   # faults = {"C=1e+12,r=1/s=4" = "raise" | "nan" | "sigkill" | "exit", optionally "...-once"}
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
@@ -146,6 +146,7 @@ class SweepSpec:
     # [simulate] testing aids (objectives/simulate.py); faults maps "<cell key>/s=<s>" to an action
     delay_s: float = 0.0
     journal: str | None = None
+    rendezvous: int = 0
     faults: dict[str, str] | None = None
 
     # ---- reading -------------------------------------------------------------------------------------
@@ -206,10 +207,15 @@ class SweepSpec:
                      f"[widths] tokens_per_param must be [low, high] with 0 < low < high, got {tpp}")
             tpp = (float(tpp[0]), float(tpp[1]))
 
-        sim = _Table(t.table("simulate"), "[simulate]", ("noise", "law", "delay_s", "journal", "faults"))
+        sim = _Table(t.table("simulate"), "[simulate]", ("noise", "law", "delay_s", "journal", "rendezvous",
+                                                                "faults"))
         delay_s = sim.number("delay_s", default=0.0)
         _require(0 <= delay_s < math.inf, f"[simulate] delay_s must be >= 0 seconds, got {delay_s}")
         journal = sim.str("journal")
+        rendezvous = sim.int("rendezvous", default=0)
+        _require(rendezvous >= 0, f"[simulate] rendezvous must be >= 0 trials, got {rendezvous}")
+        _require(rendezvous <= 1 or journal is not None, "[simulate] rendezvous needs [simulate] journal to count "
+                 "the trials that started")
         noise = sim.number("noise", default=DEFAULT_NOISE)
         _require(noise >= 0, f"[simulate] noise must be >= 0 nats, got {noise}")
         law = sim.table("law") or None
@@ -245,7 +251,7 @@ class SweepSpec:
             storage=_absolute(t.str("storage") or str(Path(DEFAULT_RUN_DIR) / "tune")),
             cache_dir=_absolute(t.str("cache_dir") or str(Path(DEFAULT_RUN_DIR) / "cache")),
             address=t.str("address") or None, source=source, text=text, delay_s=float(delay_s),
-            journal=_absolute(journal) if journal else None,
+            journal=_absolute(journal) if journal else None, rendezvous=rendezvous,
         )
         for key in ("seq_len", "batch_tokens", "val_tokens", "trials_per_cell", "min_steps"):
             _require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
@@ -334,7 +340,7 @@ class SweepSpec:
             config.update(noise=self.noise, **({"law": dict(self.law)} if self.law else {}))
             prefix = f"{cell.key}/s="
             faults = {k.removeprefix(prefix): v for k, v in (self.faults or {}).items() if k.startswith(prefix)}
-            aids = {"delay_s": self.delay_s, "journal": self.journal, "faults": faults}
+            aids = {"delay_s": self.delay_s, "journal": self.journal, "rendezvous": self.rendezvous, "faults": faults}
             config.update({k: v for k, v in aids.items() if v})  # absent unless asked for
         else:
             config.update(data=self.data, recipe=dict(recipe if recipe is not None else self.recipe),
@@ -356,7 +362,7 @@ class SweepSpec:
     def design(self) -> dict[str, Any]:
         """What the sweep measures: every field but where it runs and logs (those may move between resumes)."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
-                "delay_s", "journal"}
+                "delay_s", "journal", "rendezvous"}
         design = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         if not design["faults"]:
             del design["faults"]  # so a spec without faults keeps the hash it had before they existed

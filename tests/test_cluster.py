@@ -62,11 +62,11 @@ def count_rows(database_uri: str, sql: str) -> int:
 def test_a_sweep_spreads_over_two_worker_nodes_and_logs_to_a_postgres_backed_server(tmp_path, cluster, capsys):
     ray_cluster, workers = cluster
     with postgres_database() as database, mlflow_server(database, str(tmp_path / "artifacts")) as url:
-        # trials of 3 s each: one worker alone would need 24 s, far longer than the other worker takes to start
-        # its trial process even on a loaded machine (Tune gives a trial still waiting for its process to an
-        # idle one, so with instant trials the first worker could take them all)
+        # the first trial holds its worker's only CPU until a second trial has started, which therefore runs on
+        # the other worker: both get trials however slowly a loaded machine starts their processes (without it,
+        # Tune hands a trial still waiting for a process to a worker that is free, and one worker may take all)
         path = write_spec(tmp_path, tracking_uri=url, budgets=[1e12, 1e13], recurrences=[1, 2], trials_per_cell=2,
-                          simulate={"delay_s": 3.0})
+                          simulate={"journal": str(tmp_path / "journal.jsonl"), "rendezvous": 2})
         spec = SweepSpec.from_toml(path)
         assert main(["search", str(path), "--address", ray_cluster.address]) == 0
         assert "[search 8/8]" in capsys.readouterr().out

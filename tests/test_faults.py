@@ -84,12 +84,30 @@ def test_sigkill_and_exit_end_the_trial_process(tmp_path, fault, exitcode):
     assert child.exitcode == exitcode
 
 
+def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
+    """The first of two trials waits in its own process until the second starts; neither waits afterwards."""
+    config = trial_config(tmp_path, "raise", faults={}, rendezvous=2)  # the spec's fault table, emptied
+    first = multiprocessing.get_context("fork").Process(target=_run_simulate, args=(config,))
+    first.start()
+    first.join(timeout=2)
+    assert first.is_alive()  # held: only one start in the journal
+    second = simulate({**config, "s": 3.0})  # the second trial starts, so both go on
+    first.join(timeout=60)
+    assert first.exitcode == 0 and second["status"] == "ok"
+    events = journal_events(tmp_path / "journal.jsonl")
+    assert [events[("start", 1e12, 1, s)] for s in (2.0, 3.0)] == [1, 1]
+    assert events[("end", 1e12, 1, 2.0)] == 1
+    assert simulate(config)["status"] == "ok"  # a third execution finds two starts and goes on
+
+
 @pytest.mark.parametrize("faults, simulate_table, message", [
     ({"C=1e+12,r=3/s=2": "raise"}, {}, "names no cell"),
     ({"C=1e+12,r=1/s=99": "raise"}, {}, "not a width of cell"),
     ({"C=1e+12,r=1/s=2": "segfault"}, {}, "is not a fault"),
     ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[simulate\\] journal"),
     ({}, {"delay_s": -1}, "delay_s must be >= 0"),
+    ({}, {"rendezvous": 2}, "rendezvous needs \\[simulate\\] journal"),
+    ({}, {"rendezvous": -1, "journal": "j.jsonl"}, "rendezvous must be >= 0 trials"),
 ])
 def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, simulate_table, message):
     path = write_fault_spec(tmp_path, faults, budgets=[1e12], recurrences=[1], simulate=simulate_table or None)
