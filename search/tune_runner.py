@@ -406,15 +406,16 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
     _quiet(verbose)
     user_period = os.environ.get(SNAPSHOT_ENV)
     fingerprint = _prepare_data(spec)
-    saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
-    state.save(saved)  # first: a crash from here on is resumable
-    experiment_id, parent = open_sweep(spec, fingerprint)
-    print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
-          f"{spec.objective}; MLflow {redact_uri(spec.tracking_uri)} (experiment {spec.name!r}); "
-          f"Tune state {Path(state.path).parent}", flush=True)
     started_ray = _start_ray(spec, verbose)
-    tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
     try:
+        _check_trials_fit(spec, can_grow=not started_ray or bool(spec.address or os.environ.get("RAY_ADDRESS")))
+        saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
+        state.save(saved)  # first: a crash from here on is resumable
+        experiment_id, parent = open_sweep(spec, fingerprint)
+        print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
+              f"{spec.objective}; MLflow {redact_uri(spec.tracking_uri)} (experiment {spec.name!r}); "
+              f"Tune state {Path(state.path).parent}", flush=True)
+        tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
         recipe = spec.recipe
         if spec.calibrate is not None:
@@ -518,6 +519,24 @@ def _start_ray(spec: SweepSpec, verbose: bool) -> bool:
     ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
              logging_level="INFO" if verbose else "ERROR")
     return True
+
+
+def _check_trials_fit(spec: SweepSpec, can_grow: bool) -> None:
+    """A trial that asks for more CPUs or GPUs than any live node of the Ray cluster has would wait forever.
+    On a Ray this run started itself (this machine, which cannot grow) that is one error line before anything
+    is written; on a cluster someone else runs, which may autoscale, it is a warning."""
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    largest_cpu = max((res.get("CPU", 0.0) for res in nodes), default=0.0)
+    largest_gpu = max((res.get("GPU", 0.0) for res in nodes), default=0.0)
+    for stage in ("calibrate", "search") if spec.calibrate is not None else ("search",):
+        need = spec.resources(stage)
+        if any(res.get("CPU", 0.0) >= need["cpu"] and res.get("GPU", 0.0) >= need["gpu"] for res in nodes):
+            continue
+        message = (f"[resources] asks for cpus = {need['cpu']:g}, gpus = {need['gpu']:g} per {stage} trial, but no "
+                   f"node of the Ray cluster has that much (the most: {largest_cpu:g} CPUs, {largest_gpu:g} GPUs)")
+        if not can_grow:
+            raise ValueError(message + "; no trial could ever start")
+        print(f"warning: {message}; trials wait until a node that big joins", flush=True)
 
 
 def _quiet(verbose: bool) -> None:

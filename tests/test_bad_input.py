@@ -165,6 +165,20 @@ def test_search_refuses_a_corrupted_data_file_and_leaves_no_cache(workdir, capsy
     refuses(["search", str(path)], workdir, capsys, f"data.path: cannot read '{workdir / name}' {message}")
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("resources, asked", [({"cpus": os.cpu_count() + 1}, f"cpus = {os.cpu_count() + 1}, gpus = 0"),
+                                              ({"gpus": 1}, "cpus = 1, gpus = 1")], ids=["cpus", "gpus"])
+def test_search_refuses_a_trial_bigger_than_this_machine(workdir, tmp_path_factory, capsys, resources, asked):
+    """On the Ray it starts itself the sweep would wait forever for such a trial: Ray starts, says how big its
+    node is, and stops again before anything is written (the data cache, complete and reusable, lives apart)."""
+    cache = tmp_path_factory.mktemp("cache")
+    path = spec_file(workdir, objective="train", data={"source": "synthetic", "tokens": 20_000}, val_tokens=2048, recipe={},
+                     resources=resources, cache_dir=str(cache))
+    err = refuses(["search", str(path)], workdir, capsys, f"[resources] asks for {asked} per search trial, but no "
+                  f"node of the Ray cluster has that much (the most: {os.cpu_count()} CPUs, 0 GPUs)")
+    assert err.endswith("no trial could ever start\n")
+
+
 STORES: list[tuple[str, Callable[[Path], str], str]] = [
     ("garbage file", garbage_db, "is not a readable SQLite database: file is not a database"),
     ("another program's database", foreign_db, "is an SQLite database but not MLflow's"),
