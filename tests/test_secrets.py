@@ -1,4 +1,5 @@
-"""Secrets never reach MLflow, and the servers the project starts listen on loopback only.
+"""Secrets never reach MLflow, the servers the project starts listen on loopback only, and its local Ray
+refuses clients without its token.
 
 A small simulated sweep and its analysis run against MLflow's basic-auth server (tests/servers.py): the search
 with the password in the tracking URI, the analysis with it in MLFLOW_TRACKING_USERNAME/PASSWORD, and a spec
@@ -6,25 +7,34 @@ holding secret-looking keys (``data.token`` in an inline table and again in a co
 Then every param, tag and run name of every run of the experiment (deleted ones included), every artifact file
 in the server's artifact store, the server's raw database, the console output, the analysis output and the
 local Tune state are searched for the secret strings. The server is also checked to listen on loopback only.
+Ray's servers cannot be held to loopback, so the local Ray a sweep starts is checked to refuse drivers without
+its token (none, or a wrong one) and to accept one with it.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import secrets
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import ray
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from search import SweepSpec
 from search.cli import build_parser, main
 from search.tracking import SUPPRESS_URLS
+from search.tune_runner import _start_ray
 from search.ui import LOOPBACK, server_command, start_server
 from servers import mlflow_server
-from test_spec import base_spec, to_toml
+from test_kill_resume import ray_dir  # noqa: F401  (a fixture)
+from test_spec import base_spec, to_toml, write_spec
 
 PASSWORD = f"pw-{secrets.token_hex(8)}"  # the tracking server's admin password
 TOKEN = f"hf_{secrets.token_hex(8)}"  # a data token in the spec
@@ -131,3 +141,45 @@ def test_no_secret_reaches_params_tags_or_artifacts(tmp_path, monkeypatch, capsy
     assert 'token = "***"' in spec_artifact and 'api_key = "***"' in spec_artifact
     assert "admin:***@" in spec_artifact and "admin:***@" in console.out and "[search 8/8]" in console.out
     assert sum(name.endswith("summary.json") for name in artifacts) == 1  # the analysis run's artifacts
+
+
+CONNECT = ("import sys, ray\n"
+           "ray.init(address=sys.argv[1], log_to_driver=False, logging_level='ERROR')\n"
+           "print('connected to', ray.get_runtime_context().get_node_id())\n")
+
+
+def connect(address: str, home: Path, token: str | None) -> subprocess.Popen:
+    """A Ray driver in a fresh process, as another user of the machine would start one: its own HOME (so not
+    the token file of ours) and the token given, or none."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOME=str(home), **({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {}))
+    return subprocess.Popen([sys.executable, "-c", CONNECT, address], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.integration
+def test_the_local_ray_a_sweep_starts_refuses_clients_without_its_token(tmp_path, ray_dir, monkeypatch):
+    """Ray's servers listen on every interface (Ray's choice, not ours to change), so the local Ray that
+    ``loopscale search`` starts must refuse anyone without its token, at the machine's own address too."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # Ray's default for a local cluster, as a user has it
+    monkeypatch.setenv("RAY_TMPDIR", ray_dir)
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    assert _start_ray(spec, verbose=False)
+    try:
+        address = ray.get_runtime_context().gcs_address
+        host, port = address.rsplit(":", 1)
+        assert listening_addresses(int(port)) - {LOOPBACK, host}  # it does listen beyond loopback ...
+        token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).read_text().strip()
+        home = tmp_path / "home"
+        home.mkdir()
+        clients = {who: connect(address, home, given) for who, given in (  # side by side: a refusal takes ~20 s
+            ("no token", None), ("a wrong token", secrets.token_hex(32)), ("the token", token))}
+        outcome = {who: (*client.communicate(timeout=180), client.returncode) for who, client in clients.items()}
+        for who in ("no token", "a wrong token"):  # ... but refuses these
+            out, err, code = outcome[who]
+            assert code != 0 and "connected to" not in out, who
+            assert "Unauthenticated: RPC error: InvalidAuthToken" in err, (who, err[-2000:])
+        out, err, code = outcome["the token"]
+        assert code == 0 and "connected to" in out, err[-2000:]
+    finally:
+        ray.shutdown()
