@@ -33,6 +33,10 @@ class Progress:
         self.started = time.monotonic()
         self.finished_here = 0  # finished in this session (ETA), as opposed to restored from a crash
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Tune unpickles the progress when a sweep resumes: the ETA's clock is this session's, not the first's
+        self.__dict__.update(state, started=time.monotonic(), finished_here=0)
+
     @property
     def planned(self) -> int:
         return sum(c.planned for c in self.cells.values())
