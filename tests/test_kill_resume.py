@@ -14,6 +14,10 @@ journal (objectives/simulate.py), which counts how often each trial really ran. 
   of trials independent of timing; the simulated loss depends only on the trial).
 
 The extra seeds run on demand: ``LOOPSCALE_KILL_SEEDS=0,1,2,3 pytest tests/test_kill_resume.py``.
+
+A second test kills a sweep of real training trials whose Tune state was never snapshotted after its start, so
+that every trial finished before the kill goes through Tune again on resume: none may train again (its receipt
+answers; without receipts this test fails on the rewritten receipt files).
 """
 
 from __future__ import annotations
@@ -264,3 +268,44 @@ def test_a_driver_killed_while_it_creates_the_store_leaves_none_half_built(tmp_p
     ready_store(uri)  # the next driver
     assert [e.name for e in MlflowClient(uri).search_experiments()] == ["Default"]
     assert not list(database.parent.glob("mlflow.db.*.new"))  # the half-built leftover was cleared
+
+
+def test_training_trials_finished_before_a_kill_are_not_trained_again(tmp_path, ray_dir):
+    """Tune snapshots its state every 2 s, so after a kill it restarts trials that finished since its last
+    snapshot; their receipts must answer for them. Here the first driver snapshots only once (a one-hour
+    period), so EVERY trial finished before the kill is restarted on resume: each must come back as the same
+    MLflow run with the same measurements, its receipt untouched (a trial that runs again rewrites it)."""
+    folder = tmp_path / "train"
+    folder.mkdir()
+    (folder / "spec.toml").write_text(to_toml(base_spec(
+        folder, objective="train", budgets=[4e9], recurrences=[1, 2], trials_per_cell=2, sampler="grid",
+        val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2}, widths={"s_min": 1, "s_max": 3})))
+    spec = SweepSpec.from_toml(folder / "spec.toml")
+    receipts = Path(spec.storage) / spec.name / "search" / "receipts"
+
+    os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "3600"
+    try:
+        first = Driver(spec, ray_dir, resume=False)
+    finally:
+        del os.environ["TUNE_GLOBAL_CHECKPOINT_S"]
+    assert first.wait_for("[search ", 2, timeout_s=240), "".join(first.output)
+    first.kill(ray_dir)
+    held = {r.data.tags["trial_key"]: (r.info.run_id, r.data.metrics["wall_s"], r.data.metrics["val_loss"])
+            for r in trial_runs(spec) if r.info.status == "FINISHED"}
+    written = {p.name: p.stat().st_mtime_ns for p in receipts.iterdir()}
+    assert len(held) >= 2 and len(written) >= len(held)
+
+    resumed = Driver(spec, ray_dir, resume=True)
+    assert not resumed.wait_for("never printed", 1, timeout_s=300)  # read to the end
+    assert resumed.process.wait(timeout=30) == 0, "".join(resumed.output)
+    lines = [line for line in resumed.output if line.startswith("[search ")]
+    assert lines[0].startswith("[search 1/4]")  # nothing was in the snapshot: every trial went through Tune again
+
+    runs = trial_runs(spec)
+    assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(f"search/{c.key}/{n}" for c in spec.cells()
+                                                                      for n in (1, 2))
+    assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
+    after = {r.data.tags["trial_key"]: (r.info.run_id, r.data.metrics["wall_s"], r.data.metrics["val_loss"])
+             for r in runs}
+    assert {key: after[key] for key in held} == held  # the same runs, the same measurements
+    assert {name: (receipts / name).stat().st_mtime_ns for name in written} == written  # no receipt rewritten
