@@ -243,14 +243,13 @@ def checked(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-class Receipt:
-    """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/`` (local or object storage),
-    named by a hash of its trial key and config, written whole (a temporary file, then a rename)."""
+class JsonFile:
+    """One JSON document at a local path or an object-storage URI, written whole: to a temporary file, then
+    renamed into place, so a kill in the middle leaves the previous document (or none), never half of one."""
 
-    def __init__(self, folder: str, key: str, trial_config: dict[str, Any]):
-        blob = json.dumps({"key": key, "trial": trial_config}, sort_keys=True, default=str)
-        self._fs, self._folder = pyarrow.fs.FileSystem.from_uri(folder)
-        self._file = f"{self._folder}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json"
+    def __init__(self, uri: str):
+        self.path = uri
+        self._fs, self._file = pyarrow.fs.FileSystem.from_uri(uri)
 
     def load(self) -> dict[str, Any] | None:
         if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
@@ -258,12 +257,21 @@ class Receipt:
         with self._fs.open_input_stream(self._file) as f:
             return json.loads(f.read().decode())
 
-    def save(self, result: dict[str, Any]) -> None:
-        self._fs.create_dir(self._folder, recursive=True)
+    def save(self, data: dict[str, Any]) -> None:
+        self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
         partial = f"{self._file}.{os.getpid()}.partial"
         with self._fs.open_output_stream(partial) as f:
-            f.write(json.dumps(result).encode())
+            f.write(json.dumps(data).encode())
         self._fs.move(partial, self._file)
+
+
+class Receipt(JsonFile):
+    """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/``, named by a hash of its trial
+    key and config."""
+
+    def __init__(self, folder: str, key: str, trial_config: dict[str, Any]):
+        blob = json.dumps({"key": key, "trial": trial_config}, sort_keys=True, default=str)
+        super().__init__(f"{folder.rstrip('/')}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json")
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -555,21 +563,9 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class SweepState:
-    """``<storage>/<name>/sweep.json``: the spec hash and whether the sweep completed (local or object storage)."""
+class SweepState(JsonFile):
+    """``<storage>/<name>/sweep.json``: the spec hash and whether the sweep completed."""
 
     def __init__(self, storage: str, name: str):
-        self.path = f"{storage.rstrip('/')}/{name}/{STATE_FILE}"
-        self._fs, self._file = pyarrow.fs.FileSystem.from_uri(self.path)
-
-    def load(self) -> dict[str, Any] | None:
-        if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
-            return None
-        with self._fs.open_input_stream(self._file) as f:
-            return json.loads(f.read().decode())
-
-    def save(self, state: dict[str, Any]) -> None:
-        self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
-        with self._fs.open_output_stream(self._file) as f:
-            f.write(json.dumps(state).encode())
+        super().__init__(f"{storage.rstrip('/')}/{name}/{STATE_FILE}")
 
