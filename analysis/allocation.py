@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize_scalar
 
-from model import JointLaw, tokens_for_budget
+from loopscale.model import JointLaw, tokens_for_budget
 
 from .fit import LawFit
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve

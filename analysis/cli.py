@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from model import PAPER_LAW
+from loopscale.model import PAPER_LAW
 
 from .allocation import allocation_table
 from .compare import compare_runs, excluded_text

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from model import JointLaw
+from loopscale.model import JointLaw
 
 from .frontier import pareto_frontier
 from .isoflop import cell_optima

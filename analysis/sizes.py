@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from model import LoopedConfig, count_params, flops_per_token
+from loopscale.model import LoopedConfig, count_params, flops_per_token
 
 # The paper's iso-depth template (PAPER.md) and batch size in tokens.
 PAPER_TEMPLATE: dict[str, Any] = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, seq_len=2048,

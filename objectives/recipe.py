@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from model import LoopedLM
+from loopscale.model import LoopedLM
 
 HAS_MUON = hasattr(torch.optim, "Muon")
 OPTIMIZERS = ("muon", "adamw")

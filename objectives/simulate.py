@@ -38,7 +38,7 @@ import signal
 import time
 from typing import Any
 
-from model import PAPER_LAW, JointLaw
+from loopscale.model import PAPER_LAW, JointLaw
 
 from .trial import accounting_metrics, model_config
 

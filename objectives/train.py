@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from model import LoopedConfig, LoopedLM, runtime
+from loopscale.model import LoopedConfig, LoopedLM, runtime
 
 from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
 
 METRIC_KEYS = (
     "val_loss", "val_bpb", "train_loss", "tokens", "steps", "flops_per_token", "budget_flops", "flops_spent",

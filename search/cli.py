@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from analysis.cli import register as add_analysis
+from loopscale.analysis.cli import register as add_analysis
 
 from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec, default_tracking_uri
 

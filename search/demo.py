@@ -27,7 +27,7 @@ def allocation_summary(csv_path: Path) -> str:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Search (resuming or reusing earlier state), analyse, and point at the results."""
-    from analysis.cli import DEFAULT_OUT
+    from loopscale.analysis.cli import DEFAULT_OUT
 
     from .cli import build_parser
     from .tune_runner import run_search  # imports Ray: only when the demo really runs

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from model import LoopedConfig, LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
+from loopscale.model import LoopedConfig, LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
 
 from .spec import STAGES, Cell, SweepSpec
 

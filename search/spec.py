@@ -59,9 +59,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import objectives
-from model import INJECTIONS, JointLaw, LoopedConfig, count_params, tokens_for_budget
-from objectives.simulate import FAULT_ONCE, FAULTS
+from loopscale import objectives
+from loopscale.model import INJECTIONS, JointLaw, LoopedConfig, count_params, tokens_for_budget
+from loopscale.objectives.simulate import FAULT_ONCE, FAULTS
 
 OBJECTIVES = ("train", "simulate")
 SAMPLERS = ("gp", "tpe", "grid", "random")

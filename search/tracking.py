@@ -35,7 +35,7 @@ import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from objectives import METRIC_KEYS, model_config
+from loopscale.objectives import METRIC_KEYS, model_config
 
 from .spec import SweepSpec
 

@@ -34,8 +34,8 @@ from ray.tune import Callback
 from ray.tune.result import EXPR_ERROR_FILE
 from ray.tune.search import Searcher
 
-import objectives
-from objectives import METRIC_KEYS
+from loopscale import objectives
+from loopscale.objectives import METRIC_KEYS
 
 from .progress import Progress
 from .spec import Cell, SweepSpec, redact_uri

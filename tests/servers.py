@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 
-from search.ui import start_server, stop_server
+from loopscale.search.ui import start_server, stop_server
 
 
 def free_port() -> int:

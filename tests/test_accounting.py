@@ -9,8 +9,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from model import PRESETS, LoopedConfig, LoopedLM, count_params, flops_per_token, tokens_for_budget
-from model.accounting import attention_flops_per_layer
+from loopscale.model import PRESETS, LoopedConfig, LoopedLM, count_params, flops_per_token, tokens_for_budget
+from loopscale.model.accounting import attention_flops_per_layer
 
 
 def numel(module: torch.nn.Module | None) -> int:

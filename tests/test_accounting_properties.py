@@ -8,7 +8,7 @@ import dataclasses
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
 
 
 @st.composite

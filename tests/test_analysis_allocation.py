@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import PAPER_TEMPLATE, SizeCurve, allocation_table, fit_joint_law
-from model import PAPER_LAW, LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.analysis import PAPER_TEMPLATE, SizeCurve, allocation_table, fit_joint_law
+from loopscale.model import PAPER_LAW, LoopedConfig, count_params, flops_per_token, tokens_for_budget
 from test_analysis_sim import paper_runs
 
 BUDGETS = [4.64e17, 1e18, 1e19, 1e20]

@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.cli import main, register
-from model import PAPER_LAW, JointLaw
+from loopscale.analysis.cli import main, register
+from loopscale.model import PAPER_LAW, JointLaw
 from test_analysis_sim import PAPER_GRID, log_sweep, paper_runs, trial_configs
 
 FAST = ["--n-starts", "100", "--n-bootstrap", "100"]

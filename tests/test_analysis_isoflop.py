@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import allocation_table, cell_optima, pareto_frontier, power_laws
-from analysis.isoflop import cell_gaps
-from model import PAPER_LAW
+from loopscale.analysis import allocation_table, cell_optima, pareto_frontier, power_laws
+from loopscale.analysis.isoflop import cell_gaps
+from loopscale.model import PAPER_LAW
 from test_analysis_sim import paper_runs
 
 

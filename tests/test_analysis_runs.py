@@ -8,8 +8,8 @@ import sqlite3
 import pandas as pd
 import pytest
 
-from analysis import RUN_COLUMNS, exclusions, load_runs, usable_runs
-from analysis.runs import template_of
+from loopscale.analysis import RUN_COLUMNS, exclusions, load_runs, usable_runs
+from loopscale.analysis.runs import template_of
 from test_analysis_sim import PAPER_GRID, TEMPLATE, log_sweep, paper_runs, trial_configs
 
 SMALL_GRID = {1e18: (6, 8, 10, 12, 14)}

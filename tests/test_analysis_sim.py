@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from model import PAPER_LAW, JointLaw
-from objectives import simulate
+from loopscale.model import PAPER_LAW, JointLaw
+from loopscale.objectives import simulate
 
 # PAPER.md, "The grid": budget -> widths s, for each r in {1, 2, 4, 8}.
 PAPER_GRID = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),

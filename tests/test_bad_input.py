@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from search.cli import main
+from loopscale.search.cli import main
 from test_spec import base_spec, free_port, to_toml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -288,7 +288,7 @@ def test_console_exit_code_is_2_with_one_line_and_no_traceback(tmp_path):
     for argv, message in ((["search", "spec.toml"], "r=3 does not divide the shared depth"),
                           (["analyze", "--experiment", "sweep", "--tracking-uri", garbage],
                            "cannot read MLflow database")):
-        done = subprocess.run([sys.executable, "-m", "search.cli", *argv], cwd=tmp_path, env=env,
+        done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", *argv], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr
         assert done.stderr.startswith("loopscale: error: ") and done.stderr.count("\n") == 1, done.stderr

@@ -19,8 +19,8 @@ import urllib.parse
 import pytest
 from mlflow.tracking import MlflowClient
 
-from search import SweepSpec
-from search.cli import main
+from loopscale.search import SweepSpec
+from loopscale.search.cli import main
 from servers import mlflow_server, postgres_bin, postgres_database
 from test_resume import processes_using
 from test_spec import write_spec

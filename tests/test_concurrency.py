@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from objectives import METRIC_KEYS, simulate
-from search import SweepSpec
-from search.tracking import TrialTracker, flatten_params, open_sweep
+from loopscale.objectives import METRIC_KEYS, simulate
+from loopscale.search import SweepSpec
+from loopscale.search.tracking import TrialTracker, flatten_params, open_sweep
 from test_spec import write_spec
 
 # Ray is imported inside the Ray test only: the 8 writer processes import this module, and Ray would double
@@ -54,7 +54,7 @@ def ray_with_8_cpus():
 
 @pytest.mark.slow
 def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus):
-    from search.tune_runner import run_search
+    from loopscale.search.tune_runner import run_search
 
     journal = tmp_path / "journal.jsonl"
     spec = SweepSpec.from_toml(write_spec(

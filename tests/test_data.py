@@ -12,12 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
+from loopscale.objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
     vocab_size_of
-from objectives.data_sources import kjv_chapters
-from objectives.data_synthetic import synthetic_params, true_log_probs
-from objectives.train import trial_data
-from objectives.trial import model_config
+from loopscale.objectives.data_sources import kjv_chapters
+from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
+from loopscale.objectives.train import trial_data
+from loopscale.objectives.trial import model_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = 128

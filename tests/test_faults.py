@@ -22,11 +22,11 @@ import ray
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from analysis import exclusions, load_runs
-from objectives import simulate
-from search import SweepSpec
-from search.cli import main
-from search.tune_runner import Receipt, run_search
+from loopscale.analysis import exclusions, load_runs
+from loopscale.objectives import simulate
+from loopscale.search import SweepSpec
+from loopscale.search.cli import main
+from loopscale.search.tune_runner import Receipt, run_search
 from test_kill_resume import kill_leftovers
 from test_spec import base_spec, to_toml
 

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
-from analysis.fit import THETA, FitData, objective
-from analysis.optimize import Stop, minimize_batch
-from model import PAPER_LAW, JointLaw
+from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
+from loopscale.analysis.fit import THETA, FitData, objective
+from loopscale.analysis.optimize import Stop, minimize_batch
+from loopscale.model import PAPER_LAW, JointLaw
 from test_analysis_sim import paper_runs
 
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")

@@ -43,9 +43,9 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from analysis import FitOptions, analyze, load_runs
-from search import SweepSpec
-from search.tracking import ready_store
+from loopscale.analysis import FitOptions, analyze, load_runs
+from loopscale.search import SweepSpec
+from loopscale.search.tracking import ready_store
 from test_resume import processes_using
 from test_spec import base_spec, to_toml
 
@@ -72,7 +72,7 @@ class Driver:
 
     def __init__(self, spec: SweepSpec, ray_dir: str, resume: bool):
         env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONPATH": str(REPO)}
-        command = [sys.executable, "-m", "search.cli", "search", spec.source] + (["--resume"] if resume else [])
+        command = [sys.executable, "-m", "loopscale.search.cli", "search", spec.source] + (["--resume"] if resume else [])
         self.process = subprocess.Popen(command, cwd=Path(spec.source).parent, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -193,7 +193,7 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
         at_kill.append((point, held, len(journal(sweep))))
     print(f"seed {seed}: killed at " + "; ".join(f"{p} ({len(h)} trials finished)" for p, h, _ in at_kill))
 
-    resumed = subprocess.run([sys.executable, "-m", "search.cli", "search", sweep.source, "--resume"],
+    resumed = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", sweep.source, "--resume"],
                              cwd=tmp_path / "interrupted", capture_output=True, text=True, timeout=300, check=False,
                              env={**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONPATH": str(REPO)})
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]

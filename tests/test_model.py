@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from model import LoopedConfig, LoopedLM
-from model.runtime import autocast, maybe_compile, pick_device
+from loopscale.model import LoopedConfig, LoopedLM
+from loopscale.model.runtime import autocast, maybe_compile, pick_device
 
 TINY = dict(depth=8, width_unit=16, head_dim=16, seq_len=32, vocab_size=64)
 

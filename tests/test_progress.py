@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from search.progress import Progress
+from loopscale.search.progress import Progress
 
 OK = {"status": "ok", "val_loss": 2.0, "width": 32}
 

@@ -20,8 +20,8 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from search import SweepSpec
-from search.tune_runner import CellSearcher
+from loopscale.search import SweepSpec
+from loopscale.search.tune_runner import CellSearcher
 from test_spec import write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -57,7 +57,7 @@ def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
     spec_path = write_spec(tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2, 4], trials_per_cell=4)
     spec = SweepSpec.from_toml(spec_path)
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "search.cli", "search", str(spec_path)]
+    command = [sys.executable, "-m", "loopscale.search.cli", "search", str(spec_path)]
 
     driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)

@@ -12,10 +12,10 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-import objectives
-from model import JointLaw, PAPER_LAW, count_params, tokens_for_budget
-from search import SweepSpec
-from search.tune_runner import run_search
+from loopscale import objectives
+from loopscale.model import JointLaw, PAPER_LAW, count_params, tokens_for_budget
+from loopscale.search import SweepSpec
+from loopscale.search.tune_runner import run_search
 from test_spec import write_spec
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import pickle
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from search import SweepSpec
-from search.tracking import TrialTracker, discard_stage_runs, open_sweep
+from loopscale.search import SweepSpec
+from loopscale.search.tracking import TrialTracker, discard_stage_runs, open_sweep
 from test_spec import write_spec
 
 META = {"stage": "search", "cell": "C=1e+12,r=1"}

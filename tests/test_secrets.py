@@ -27,11 +27,11 @@ import ray
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from search import SweepSpec
-from search.cli import build_parser, main
-from search.tracking import SUPPRESS_URLS
-from search.tune_runner import _start_ray
-from search.ui import LOOPBACK, server_command, start_server
+from loopscale.search import SweepSpec
+from loopscale.search.cli import build_parser, main
+from loopscale.search.tracking import SUPPRESS_URLS
+from loopscale.search.tune_runner import _start_ray
+from loopscale.search.ui import LOOPBACK, server_command, start_server
 from servers import mlflow_server
 from test_kill_resume import ray_dir  # noqa: F401  (a fixture)
 from test_spec import base_spec, to_toml, write_spec

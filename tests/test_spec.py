@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from model import count_params, tokens_for_budget
-from objectives import simulate
-from search import SweepSpec
-from search.cli import main
-from search.plan import measure_throughput, render_plan, total_flops
-from search.spec import redact_uri
-from search.tracking import flatten_params, is_secret_key, redact_text
+from loopscale.model import count_params, tokens_for_budget
+from loopscale.objectives import simulate
+from loopscale.search import SweepSpec
+from loopscale.search.cli import main
+from loopscale.search.plan import measure_throughput, render_plan, total_flops
+from loopscale.search.spec import redact_uri
+from loopscale.search.tracking import flatten_params, is_secret_key, redact_text
 
 TINY_TEMPLATE = {"depth": 6, "prelude": 1, "coda": 1, "width_unit": 16, "head_dim": 16, "injection": "linear"}
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, event, given, settings
 from hypothesis import strategies as st
 
-from model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
-from search import SweepSpec
-from search.spec import SAMPLERS, TEMPLATE_KEYS, TOP_KEYS
+from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.search import SweepSpec
+from loopscale.search.spec import SAMPLERS, TEMPLATE_KEYS, TOP_KEYS
 from test_spec import to_toml
 
 # Where the drawn specs log and store; parsing must never create it (checked after every valid spec).

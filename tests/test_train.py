@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from model import LoopedConfig, LoopedLM, flops_per_token
-from objectives import METRIC_KEYS, RECIPE_DEFAULTS, device_peak_flops, simulate, train, validate_recipe
-from objectives.peak import peak_description
-from objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe
-from objectives.train import trial_data
-from objectives.trial import model_config
+from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
+from loopscale.objectives import METRIC_KEYS, RECIPE_DEFAULTS, device_peak_flops, simulate, train, validate_recipe
+from loopscale.objectives.peak import peak_description
+from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe
+from loopscale.objectives.train import trial_data
+from loopscale.objectives.trial import model_config
 
 T = 128
 BATCH = 4096

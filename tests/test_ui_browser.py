@@ -26,7 +26,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 def loopscale(*args: str, cwd: Path, timeout: int = 600) -> str:
-    done = subprocess.run([sys.executable, "-m", "search.cli", *args], cwd=cwd, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -46,7 +46,7 @@ def store(tmp_path_factory):
 def ui(store):
     """`loopscale ui` as a user starts it; yields the URL it prints, then stops it like Ctrl-C would."""
     root, uri = store
-    proc = subprocess.Popen([sys.executable, "-m", "search.cli", "ui", "--experiment", "smoke", "--tracking-uri", uri,
+    proc = subprocess.Popen([sys.executable, "-m", "loopscale.search.cli", "ui", "--experiment", "smoke", "--tracking-uri", uri,
                              "--port", str(free_port())], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:

@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from model import LoopedConfig, LoopedLM, flops_per_token
-from model.runtime import autocast, maybe_compile
-from objectives.peak import device_peak_flops
+from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
+from loopscale.model.runtime import autocast, maybe_compile
+from loopscale.objectives.peak import device_peak_flops
 
 # (width, head_dim, r) at depth 20, byte vocabulary, sequence 256, batch 8: the rows of CPU_SCALE.md.
 CPU_SHAPES = [(64, 16, 1), (64, 16, 4), (128, 32, 1), (128, 32, 4), (256, 64, 1), (256, 64, 4)]

@@ -34,10 +34,10 @@ sys.path.insert(0, str(REPO / "tests"))
 import ray  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from objectives import simulate  # noqa: E402
-from search import SweepSpec  # noqa: E402
-from search.tracking import TrialTracker, open_sweep  # noqa: E402
-from search.tune_runner import run_search  # noqa: E402
+from loopscale.objectives import simulate  # noqa: E402
+from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.tracking import TrialTracker, open_sweep  # noqa: E402
+from loopscale.search.tune_runner import run_search  # noqa: E402
 from test_spec import write_spec  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def main() -> None:
     ray.shutdown()
 
     started = time.perf_counter()
-    replay = subprocess.run([sys.executable, "-m", "search.cli", "search", "paper", "--objective", "simulate"],
+    replay = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", "paper", "--objective", "simulate"],
                             cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     replay_s = time.perf_counter() - started
 

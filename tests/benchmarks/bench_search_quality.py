@@ -36,11 +36,11 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from model import count_params  # noqa: E402
-from objectives import simulate  # noqa: E402
-from search import SweepSpec  # noqa: E402
-from search.spec import Cell  # noqa: E402
-from search.tune_runner import CellStudy  # noqa: E402
+from loopscale.model import count_params  # noqa: E402
+from loopscale.objectives import simulate  # noqa: E402
+from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.spec import Cell  # noqa: E402
+from loopscale.search.tune_runner import CellStudy  # noqa: E402
 
 PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
               4.64e18: [10, 12, 14, 16, 18, 20], 1e19: [12, 16, 18, 20, 24], 2.15e19: [18, 24, 28, 34]}

@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from model import LoopedConfig, LoopedLM, flops_per_token
-from objectives import train
-from objectives.peak import device_peak_flops, peak_description
+from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
+from loopscale.objectives import train
+from loopscale.objectives.peak import device_peak_flops, peak_description
 
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=16, head_dim=16, seq_len=128, vocab_size=256)
 
