@@ -1,5 +1,6 @@
 """What ONE trial does: data -> train to a FLOP budget -> metrics, or the simulated law."""
 
+from .data_bpe import train_bpe
 from .data_cache import data_fingerprint, open_packed, prepare_data
 from .data_spec import validate_data, vocab_size_of
 from .data_synthetic import synthetic_entropy_floor
@@ -11,6 +12,6 @@ from .trial import METRIC_KEYS, model_config
 
 __all__ = [
     "METRIC_KEYS", "RECIPE_DEFAULTS", "data_fingerprint", "device_peak_flops", "model_config", "open_packed",
-    "prepare_data", "simulate", "synthetic_entropy_floor", "train", "validate_data", "validate_recipe",
+    "prepare_data", "simulate", "synthetic_entropy_floor", "train", "train_bpe", "validate_data", "validate_recipe",
     "vocab_size_of",
 ]

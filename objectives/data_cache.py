@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from .data_bpe import open_tokenizer, tokenizer_fingerprint
 from .data_sources import document_batches
-from .data_spec import normalize_data, resolve_files
-from .data_tokenizers import load_tokenizer, tokenizer_identity
+from .data_spec import normalize_data, source_identity
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -48,10 +48,8 @@ def data_fingerprint(data: dict[str, Any] | None, seq_len: int, val_tokens: int)
     """``<source>-T<seq_len>-<hash>``: the hash covers the full spec (source, its options, seed, split size),
     the tokenizer's content, the sequence length and, for local files, their sizes and modification times."""
     data = normalize_data(data)
-    identity: dict[str, Any] = {"format_version": FORMAT_VERSION, "data": data, "seq_len": seq_len,
-                                "val_tokens": val_tokens, "tokenizer": tokenizer_identity(data["tokenizer"])}
-    if data["source"] == "files":
-        identity["files"] = [(p, os.path.getsize(p), os.stat(p).st_mtime_ns) for p in resolve_files(data["path"])]
+    identity = {**source_identity(data), "format_version": FORMAT_VERSION, "seq_len": seq_len,
+                "val_tokens": val_tokens, "tokenizer": tokenizer_fingerprint(data)}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     return f"{data['source']}-T{seq_len}-{digest[:16]}"
 
@@ -71,7 +69,7 @@ def prepare_data(data: dict[str, Any] | None, seq_len: int, cache_dir: str, val_
     os.makedirs(cache_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{fingerprint}.", dir=cache_dir)
     try:
-        meta = _build(normalize_data(data), seq_len, val_tokens, tmp, os.path.join(cache_dir, "hf-datasets"))
+        meta = _build(normalize_data(data), seq_len, val_tokens, tmp, cache_dir)
         meta["fingerprint"] = fingerprint
         with open(os.path.join(tmp, META), "w") as f:
             json.dump(meta, f, indent=1, default=str)
@@ -185,10 +183,12 @@ class _RowWriter:
         self.pending, self.pending_tokens = ([rest], len(rest)) if len(rest) else ([], 0)
 
 
-def _build(data: dict[str, Any], seq_len: int, val_tokens: int, out: str, hf_cache_dir: str) -> dict[str, Any]:
-    """Tokenise, split and pack ``data`` into ``out``; returns the metadata (without the fingerprint)."""
+def _build(data: dict[str, Any], seq_len: int, val_tokens: int, out: str, cache_dir: str) -> dict[str, Any]:
+    """Tokenise, split and pack ``data`` into ``out`` (a BPE trained first lands in ``cache_dir``; whatever
+    ``datasets`` writes for local files under its hf-datasets folder); returns the metadata (without the
+    fingerprint)."""
     synthetic = data["source"] == "synthetic"
-    tokenizer = None if synthetic else load_tokenizer(data["tokenizer"])
+    tokenizer = None if synthetic else open_tokenizer(data, cache_dir)
     vocab = data["alphabet"] + 1 if synthetic else tokenizer.vocab_size
     eos = None if synthetic else tokenizer.eos_id  # synthetic records close themselves with SEP
     dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
@@ -199,7 +199,7 @@ def _build(data: dict[str, Any], seq_len: int, val_tokens: int, out: str, hf_cac
     docs = {"val": 0, "train": 0}
     val_bytes = val_doc_tokens = 0
     try:
-        for batch in document_batches(data, hf_cache_dir):
+        for batch in document_batches(data, os.path.join(cache_dir, "hf-datasets")):
             encoded = batch if synthetic else tokenizer.encode_batch(batch)
             for doc, ids in zip(batch, encoded):
                 if eos is not None:
@@ -230,7 +230,7 @@ def _build(data: dict[str, Any], seq_len: int, val_tokens: int, out: str, hf_cac
         bytes_per_token = 1.0  # by definition: one token per byte (separators counted as bytes)
     else:
         bytes_per_token = val_bytes / val_doc_tokens
-    return {"format_version": FORMAT_VERSION, "data": data, "tokenizer": tokenizer_identity(data["tokenizer"]),
+    return {"format_version": FORMAT_VERSION, "data": data, "tokenizer": tokenizer_fingerprint(data),
             "seq_len": seq_len, "val_tokens": val_tokens, "vocab_size": vocab, "dtype": dtype.name,
             "train_rows": train.rows, "val_rows": val.rows, "train_docs": docs["train"], "val_docs": docs["val"],
             "unigram_entropy": float(-(p * np.log(p)).sum()), "bytes_per_token": bytes_per_token}

@@ -11,19 +11,17 @@ import contextlib
 import importlib.resources
 import os
 import re
-import socket
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
 from .data_spec import FILE_FORMATS, resolve_files
 from .data_synthetic import synthetic_documents, synthetic_params
+from .data_tokenizers import check_hub_reachable
 
 BATCH_DOCS = 256
-CONNECT_TIMEOUT_S = 3.0
 _VERSE_LABEL = re.compile(r"\b\d+:\d+ ")  # "1:1 In the beginning ..." -> "In the beginning ..."
 
 
@@ -77,7 +75,8 @@ def _open_text_dataset(data: dict[str, Any], hf_cache_dir: str) -> tuple[Any, st
             raise ValueError(f"data.path: cannot read {data['path']!r} as {fmt}: {type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else ''}") from None
         return ds.shuffle(seed=seed, keep_in_memory=True), data["text_field"]
-    check_hub_reachable(data["name"])
+    if not os.path.isdir(data["name"]):  # a local copy of a hub repository streams without the network
+        check_hub_reachable(f"data source 'hub' ({data['name']})")
     try:
         ds = datasets.load_dataset(data["name"], data["config"], split=data["split"], revision=data["revision"],
                                    streaming=True)
@@ -85,23 +84,6 @@ def _open_text_dataset(data: dict[str, Any], hf_cache_dir: str) -> tuple[Any, st
         raise ValueError(f"hub dataset {data['name']!r} could not be opened: {type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''}") from err
     return ds.shuffle(seed=seed, buffer_size=data["shuffle_buffer"]), data["text_field"]
-
-
-def check_hub_reachable(name: str) -> None:
-    """Fail at once, with one line, when the hub cannot be used: offline mode set, or no TCP connection to
-    the endpoint within a few seconds (streaming would otherwise retry for minutes)."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            raise ValueError(f"data source 'hub' ({name}) needs the network but {var} is set; "
-                             f"use source 'kjv', 'synthetic' or 'files', or unset {var}")
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = endpoint.hostname or "huggingface.co"
-    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as err:
-        raise ValueError(f"data source 'hub' ({name}): cannot reach {host}:{port} ({err.__class__.__name__}: "
-                         f"{err}); offline, use source 'kjv', 'synthetic' or 'files'") from err
 
 
 @contextlib.contextmanager

@@ -13,10 +13,16 @@ A spec is a small dict named in the sweep spec; every key not given takes the de
                                               a Hugging Face hub dataset, streamed; the first ``max_tokens``
                                               tokens (after a seeded shuffle buffer) are cached
 
-Common keys: ``tokenizer`` ("bytes", default, or a path to a tokenizers JSON file), ``seed`` (0; document
-shuffle and batch order, so every trial of a sweep sees the same stream), ``max_tokens`` (cap on the training
-tokens cached; None = all, except the hub where it defaults to 20M; the synthetic source sizes itself with
-``tokens``).
+``name`` may also be a local directory laid out as a hub dataset repository (data files and a README.md
+whose YAML ``configs:`` name the configs and their split files): it is streamed by the very same
+``datasets.load_dataset(..., streaming=True)`` call, without the network.
+
+Common keys: ``tokenizer`` ("bytes", default; "bpe", trained on this source; a tokenizers JSON file; a hub id:
+objectives.data_tokenizers), ``seed`` (0; document shuffle and batch order, so every trial of a sweep sees the
+same stream), ``max_tokens`` (cap on the training tokens cached; None = all, except the hub where it defaults to
+20M; the synthetic source sizes itself with ``tokens``). With ``tokenizer = "bpe"`` also ``tokenizer_vocab``
+(default 32,064, the template's; a sweep spec sets it to its template's vocabulary) and
+``tokenizer_train_chars`` (characters of the source's document stream the BPE is trained on, default 200M).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import os
 from typing import Any
 
 from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
-from .data_tokenizers import BYTES, check_tokenizer, load_tokenizer
+from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
 
 REQUIRED = object()  # marks a key without a default
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}
@@ -39,12 +45,14 @@ SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hub": {"name": REQUIRED, "config": None, "split": "train", "revision": None, "text_field": "text",
             "max_tokens": 20_000_000, "shuffle_buffer": 10_000},
 }
+# Only with tokenizer = "bpe" (filled in only then, so other specs keep their fingerprints).
+BPE_DEFAULTS: dict[str, Any] = {"tokenizer_vocab": 32_064, "tokenizer_train_chars": 200_000_000}
 FILE_FORMATS = {"text": "text", "json": "json", "jsonl": "json", "parquet": "parquet"}
 EXTENSION_FORMATS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json",
                      ".parquet": "parquet"}
 SAMPLE_BY = ("line", "paragraph", "document")
 # Expected type of each key (None allowed where the default is None); floats accept ints.
-_INT_KEYS = {"seed", "max_tokens", "shuffle_buffer", "n_keys", "key_len", "value_len", "alphabet", "tokens",
+_INT_KEYS = {"tokenizer_vocab", "tokenizer_train_chars", "seed", "max_tokens", "shuffle_buffer", "n_keys", "key_len", "value_len", "alphabet", "tokens",
              "doc_records"}
 _FLOAT_KEYS = {"zipf", "noise"}
 
@@ -54,7 +62,8 @@ def normalize_data(data: dict[str, Any] | None) -> dict[str, Any]:
     data = dict(data or {})
     validate_data(data)
     source = data.get("source", COMMON_DEFAULTS["source"])
-    full = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **data}
+    bpe = BPE_DEFAULTS if data.get("tokenizer") == BPE else {}
+    full = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **bpe, **data}
     if source == "files":
         full["format"] = full["format"] or _infer_format(resolve_files(full["path"]))
     return full
@@ -68,8 +77,10 @@ def validate_data(data: dict[str, Any]) -> None:
     if source not in SOURCE_DEFAULTS:
         raise ValueError(f"data.source: unknown source {source!r}{_suggest(source, SOURCE_DEFAULTS)}; "
                          f"known: {', '.join(SOURCE_DEFAULTS)}")
-    allowed = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source]}
+    allowed = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **BPE_DEFAULTS}
     for key, value in data.items():
+        if key in BPE_DEFAULTS and data.get("tokenizer") != BPE:
+            raise ValueError(f"data.{key} applies only with tokenizer = 'bpe'")
         if key not in allowed:
             raise ValueError(f"data: unknown key {key!r} for source {source!r}{_suggest(key, allowed)}; "
                              f"allowed: {', '.join(sorted(allowed))}")
@@ -79,6 +90,10 @@ def validate_data(data: dict[str, Any]) -> None:
             raise ValueError(f"data: source {source!r} needs {key!r}")
     if data.get("max_tokens") is not None and data["max_tokens"] < 1:
         raise ValueError(f"data.max_tokens must be >= 1, got {data['max_tokens']}")
+    if data.get("tokenizer_vocab", 257) < 257:  # the 256 bytes and the separator
+        raise ValueError(f"data.tokenizer_vocab must be >= 257, got {data['tokenizer_vocab']}")
+    if data.get("tokenizer_train_chars", 1) < 1:
+        raise ValueError(f"data.tokenizer_train_chars must be >= 1, got {data['tokenizer_train_chars']}")
     tokenizer = data.get("tokenizer", BYTES)
     if source == "synthetic":
         if tokenizer != BYTES:
@@ -94,11 +109,25 @@ def validate_data(data: dict[str, Any]) -> None:
 
 def vocab_size_of(data: dict[str, Any] | None) -> int:
     """Vocabulary size the model needs for this data: 256 for bytes, alphabet + 1 for synthetic data,
-    the file's vocabulary for a tokenizer file."""
+    ``tokenizer_vocab`` for a BPE still to be trained (an upper bound: a small corpus may run out of merges),
+    the tokenizer's vocabulary for a file or a hub id."""
     data = normalize_data(data)
     if data["source"] == "synthetic":
         return data["alphabet"] + 1
+    if data["tokenizer"] == BPE:
+        return data["tokenizer_vocab"]
     return load_tokenizer(data["tokenizer"]).vocab_size
+
+
+def source_identity(data: dict[str, Any]) -> dict[str, Any]:
+    """What determines a normalised spec's document stream, for fingerprints: the spec and, for local files
+    (and a hub repository in a local directory), their sizes and modification times (an edited file makes a
+    new cache)."""
+    identity: dict[str, Any] = {"data": data}
+    local = {"files": data.get("path"), "hub": data.get("name")}.get(data["source"])
+    if local is not None and (data["source"] == "files" or os.path.isdir(local)):  # a hub repository copied here
+        identity["files"] = [(p, os.path.getsize(p), os.stat(p).st_mtime_ns) for p in resolve_files(local)]
+    return identity
 
 
 def resolve_files(path: str) -> list[str]:

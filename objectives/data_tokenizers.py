@@ -1,21 +1,37 @@
-"""Tokenizers: UTF-8 bytes (the default, nothing to download) or any Hugging Face ``tokenizers`` JSON file.
+"""Tokenizers: UTF-8 bytes (the default), a byte-level BPE trained on the sweep's own data, a Hugging Face
+``tokenizers`` JSON file, or a tokenizer on the Hugging Face hub.
+
+A data spec's ``tokenizer`` entry names one of them::
+
+    "bytes"                        one token per UTF-8 byte; nothing to train or download
+    "bpe"                          a byte-level BPE of ``tokenizer_vocab`` tokens trained on the data source
+                                   itself (objectives.data_bpe), cached beside the packed data
+    "path/to/tokenizer.json"       an existing tokenizers JSON file (e.g. the Llama-2 tokenizer's)
+    "owner/name"                   a hub repository holding a tokenizer.json, loaded when the hub is reachable
 
 Every document is followed by a separator token so packed sequences can tell documents apart: byte 0 (NUL,
-which text never contains) for bytes, and the file's end-of-text token when it has one.
+which text never contains) for bytes, and the tokenizer's end-of-text token when it has one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import socket
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
 BYTES = "bytes"
+BPE = "bpe"
 # Names end-of-text tokens go by in common tokenizer files; the first one present is the separator.
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
+CONNECT_TIMEOUT_S = 3.0
+_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -23,11 +39,11 @@ class Tokenizer:
     """What the data pipeline needs from a tokenizer: a stable identity for the fingerprint, the vocabulary
     size, the separator id, and batch encoding to int arrays."""
 
-    identity: str            # "bytes" or "file:<sha256 of the JSON>"
+    identity: str            # "bytes", "file:<sha256 of the JSON>" or "hub:<repository>"
     vocab_size: int
     eos_id: int | None
     byte_level: bool         # one token per UTF-8 byte (bits per byte = nats per token / ln 2)
-    backend: Any = None      # tokenizers.Tokenizer for files
+    backend: Any = None      # tokenizers.Tokenizer for everything but bytes
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         if self.byte_level:
@@ -36,39 +52,85 @@ class Tokenizer:
                 for enc in self.backend.encode_batch(texts, add_special_tokens=False)]
 
 
-def check_tokenizer(spec: Any) -> None:
-    """Raise ValueError (one line) unless ``spec`` is "bytes" or the path of an existing JSON file."""
-    if spec == BYTES:
-        return
+def tokenizer_kind(spec: Any) -> str:
+    """"bytes", "bpe", "file" or "hub"; raises ValueError (one line) for anything else."""
+    if spec in (BYTES, BPE):
+        return spec
     if not isinstance(spec, str):
-        raise ValueError(f"data.tokenizer must be 'bytes' or a path to a tokenizers JSON file, got {spec!r}")
-    if not os.path.isfile(spec):
-        raise ValueError(f"data.tokenizer: no such file {spec!r} (use 'bytes' or a tokenizers JSON file)")
+        raise ValueError(f"data.tokenizer must be 'bytes', 'bpe', a tokenizers JSON file or a hub id, got {spec!r}")
+    if os.path.isfile(spec):
+        return "file"
+    if HUB_ID.match(spec) and not spec.endswith(".json"):
+        return "hub"
+    raise ValueError(f"data.tokenizer: no such file {spec!r} (use 'bytes', 'bpe', a tokenizers JSON file or a "
+                     f"hub id such as 'owner/name')")
+
+
+def check_tokenizer(spec: Any) -> None:
+    """Raise ValueError (one line) unless ``spec`` names a tokenizer (module docstring). Reads no network."""
+    tokenizer_kind(spec)
 
 
 def tokenizer_identity(spec: str) -> str:
-    """"bytes", or "file:" + the SHA-256 of the tokenizer file (so an edited file makes a new cache)."""
-    if spec == BYTES:
-        return BYTES
-    with open(spec, "rb") as f:
-        return "file:" + hashlib.sha256(f.read()).hexdigest()
+    """"bytes", "file:" + the SHA-256 of the tokenizer file (an edited file makes a new cache), or
+    "hub:" + the repository. (A trained BPE is identified by its training fingerprint: data_bpe.)"""
+    kind = tokenizer_kind(spec)
+    if kind == "file":
+        with open(spec, "rb") as f:
+            return "file:" + hashlib.sha256(f.read()).hexdigest()
+    return f"hub:{spec}" if kind == "hub" else spec
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
-    """The tokenizer named by a data spec's ``tokenizer`` entry."""
-    check_tokenizer(spec)
-    if spec == BYTES:
+    """The tokenizer named by ``spec``: bytes, a file or a hub id ("bpe" is trained first: data_bpe)."""
+    kind = tokenizer_kind(spec)
+    if kind == BYTES:
         return Tokenizer(identity=BYTES, vocab_size=256, eos_id=0, byte_level=True)
-    try:
-        from tokenizers import Tokenizer as HFTokenizer  # optional dependency, needed only for tokenizer files
-    except ImportError as err:
-        raise ValueError("data.tokenizer is a file, which needs the 'tokenizers' package: "
-                         "pip install tokenizers") from err
+    if kind == BPE:
+        raise ValueError("data.tokenizer 'bpe' is trained on the data first (objectives.data_bpe.train_bpe)")
+    from tokenizers import Tokenizer as HFTokenizer  # imported only when a tokenizer is really used
+
+    if kind == "hub":
+        check_hub_reachable(f"tokenizer {spec!r}")
+        try:
+            backend = HFTokenizer.from_pretrained(spec)
+        except Exception as err:  # the Rust side raises its own exception types (no repo, no tokenizer.json)
+            raise ValueError(f"data.tokenizer: hub repository {spec!r} has no loadable tokenizer.json "
+                             f"({_first_line(err)})") from None
+        return from_backend(f"hub:{spec}", backend)
     try:
         backend = HFTokenizer.from_file(spec)
     except Exception as err:  # the Rust side raises its own exception type for malformed files
-        raise ValueError(f"data.tokenizer: {spec!r} is not a tokenizers JSON file ({err})") from err
+        raise ValueError(f"data.tokenizer: {spec!r} is not a tokenizers JSON file ({_first_line(err)})") from None
+    return from_backend(tokenizer_identity(spec), backend)
+
+
+def from_backend(identity: str, backend: Any) -> Tokenizer:
+    """Wrap a ``tokenizers.Tokenizer``: its full vocabulary (added tokens included) and its end-of-text id."""
     vocab = backend.get_vocab(with_added_tokens=True)
     eos = next((vocab[name] for name in EOS_NAMES if name in vocab), None)
-    return Tokenizer(identity=tokenizer_identity(spec), vocab_size=backend.get_vocab_size(with_added_tokens=True),
-                     eos_id=eos, byte_level=False, backend=backend)
+    return Tokenizer(identity=identity, vocab_size=backend.get_vocab_size(with_added_tokens=True), eos_id=eos,
+                     byte_level=False, backend=backend)
+
+
+def check_hub_reachable(what: str) -> None:
+    """Fail at once, with one line, when the hub cannot be used: offline mode set, or no TCP connection to
+    the endpoint within a few seconds (hub clients would otherwise retry for minutes)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            raise ValueError(f"{what} needs the Hugging Face hub but {var} is set; use local data or a local "
+                             f"tokenizer file, or unset {var}")
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise ValueError(f"{what}: cannot reach the Hugging Face hub at {host}:{port} "
+                         f"({err.__class__.__name__}: {err}); offline, use local data or a local tokenizer "
+                         f"file") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__

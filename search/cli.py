@@ -37,6 +37,36 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "tokenizer", help="train (or find cached) the byte-level BPE a spec asks for with tokenizer = \"bpe\"",
+        description="Train the spec's byte-level BPE (its [template] vocabulary size) on the spec's data source "
+                    "with Hugging Face tokenizers and cache it beside the packed data, fingerprinted by the data "
+                    "source and the training settings; `loopscale search` does the same on its own. For a "
+                    "tokenizer file or hub id, load it and show its vocabulary.")
+    p.add_argument("spec", help=SPEC_HELP)
+    p.set_defaults(func=_tokenizer)
+
+
+def _tokenizer(args: argparse.Namespace) -> int:
+    from loopscale import objectives
+
+    spec = SweepSpec.from_toml(args.spec)
+    if spec.objective == "simulate" and spec.calibrate is None:
+        raise ValueError(f"{spec.name}: objective 'simulate' reads no data, so it needs no tokenizer")
+    data = spec.data
+    name = data.get("tokenizer", "bytes")
+    if name != "bpe":
+        vocab = objectives.vocab_size_of(data)
+        print(f"tokenizer {name!r}: {vocab:,} tokens; nothing to train (tokenizer = \"bpe\" trains one)")
+        return 0
+    trained = objectives.train_bpe(data, spec.cache_dir)
+    how = f"trained in {trained.seconds:.1f} s" if trained.seconds else "cached"
+    print(f"byte-level BPE, {trained.vocab_size:,} tokens (asked for {data['tokenizer_vocab']:,}), {how}, on "
+          f"{trained.train_chars:,} characters of data source {data.get('source', 'kjv')!r}: {trained.path}")
+    return 0
+
+
 def add_search(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "search", help="run (or resume) a sweep: Ray Tune trials steered by Optuna, logged to MLflow",
@@ -105,8 +135,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 # analyze, export and compare come from the analysis package
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_search, add_analysis, add_ui,
-                                                                   add_demo]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_tokenizer, add_search, add_analysis,
+                                                                   add_ui, add_demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

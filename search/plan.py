@@ -58,7 +58,7 @@ def total_flops(spec: SweepSpec) -> float:
 def measure_throughput(spec: SweepSpec, max_steps: int = 5, min_seconds: float = 0.5) -> Throughput | None:
     """Training FLOP/s of one trial (its threads) over a few AdamW steps of one of the sweep's shapes here;
     None if no shape is small enough to time quickly."""
-    device = runtime.pick_device("cuda" if spec.gpus_per_trial > 0 else "cpu")
+    device = runtime.pick_device("auto" if spec.gpus_per_trial > 0 else "cpu")  # no CUDA here: time the CPU
     cells = spec.cells()
     middle = cells[len(cells) // 2]
     for s, r in ((middle.first_guess, middle.r), (spec.s_min, spec.recurrences[0])):

@@ -257,14 +257,17 @@ class SweepSpec:
             _require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
         _require(0 <= spec.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {spec.seed}")
         _require(spec.first_guess_tokens_per_param > 0, "first_guess_tokens_per_param must be positive")
-        if objective == "train" or t.table("calibrate"):  # absent tables mean objectives' defaults (KJV bytes)
+        uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
+        if uses_data:  # absent tables mean objectives' defaults (KJV bytes)
             data, recipe = data or {}, recipe or {}
+            if data.get("tokenizer") == "bpe" and "tokenizer_vocab" not in data:  # the template's vocabulary
+                data = {**data, "tokenizer_vocab": int(template.get("vocab_size", _ISO_DEFAULTS["vocab_size"]))}
             spec = dataclasses.replace(spec, data=data, recipe=recipe)
             _require(spec.batch_tokens % spec.seq_len == 0,
                      f"batch_tokens {spec.batch_tokens} must be a whole number of sequences of seq_len {spec.seq_len}")
             objectives.validate_data(data)
             objectives.validate_recipe(recipe)
-        spec = dataclasses.replace(spec, template={**template, "vocab_size": spec._vocab_size()})
+        spec = dataclasses.replace(spec, template={**template, "vocab_size": spec._vocab_size(uses_data)})
         spec._check_shapes()
         spec = dataclasses.replace(spec, calibrate=_calibration(t.table("calibrate"), spec))
         spec.cells()  # every cell must have a width that trains
@@ -374,12 +377,12 @@ class SweepSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     # ---- validation helpers ---------------------------------------------------------------------------
-    def _vocab_size(self) -> int:
+    def _vocab_size(self, uses_data: bool) -> int:
         """``[template] vocab_size`` if given (the paper pads its 32,000-token tokenizer to 32,064), else the data
-        tokenizer's, else ``iso_depth``'s default."""
+        tokenizer's (when the sweep reads data), else ``iso_depth``'s default."""
         if "vocab_size" in self.template:
             return int(self.template["vocab_size"])
-        if self.data is not None:
+        if uses_data:
             return int(objectives.vocab_size_of(self.data))
         return _ISO_DEFAULTS["vocab_size"]
 

@@ -189,12 +189,12 @@ def test_hub_fails_at_once_offline(tmp_path, monkeypatch):
     validate_data(spec)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     start = time.perf_counter()
-    with pytest.raises(ValueError, match="needs the network but HF_DATASETS_OFFLINE"):
+    with pytest.raises(ValueError, match="needs the Hugging Face hub but HF_DATASETS_OFFLINE is set"):
         prepare_data(spec, 64, str(tmp_path), 1024)
     monkeypatch.delenv("HF_DATASETS_OFFLINE")
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
-    with pytest.raises(ValueError, match="cannot reach 127.0.0.1:9"):
+    with pytest.raises(ValueError, match="cannot reach the Hugging Face hub at 127.0.0.1:9"):
         prepare_data(spec, 64, str(tmp_path), 1024)
     assert time.perf_counter() - start < 10
     assert os.listdir(tmp_path) == []  # nothing half-written

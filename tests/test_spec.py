@@ -99,9 +99,9 @@ def test_paper_preset_is_the_papers_design():
     assert (config.width, config.n_prelude, config.n_recur, config.n_coda) == (640, 2, 4, 2)
     assert len(spec.cells()) == 24 and all(c.n_trials <= 6 for c in spec.cells())
     assert 100 <= spec.planned_trials() <= 144
-    # as a training sweep it needs the Llama-2 tokenizer file the preset names
-    with pytest.raises(ValueError, match="tokenizer"):
-        SweepSpec.from_toml("paper")
+    # as a training sweep it trains its own BPE of the template's vocabulary: no file anyone must supply
+    train = SweepSpec.from_toml("paper")
+    assert train.data["tokenizer"] == "bpe" and train.data["tokenizer_vocab"] == train.template["vocab_size"] == 32064
 
 
 def test_cells_hold_whole_heads_that_train(tmp_path):
