@@ -18,10 +18,11 @@ from .compare import compare_runs, excluded_text
 from .fit import DATA_MODES, FitOptions, fit_joint_law
 from .report import analyze, template_mismatch
 from .runs import load_runs, template_of, usable_runs
+from .store import DEFAULT_RUN_DIR
 from .tables import FORMATS, render
 
 PAPER_BUDGETS = (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
-DEFAULT_OUT = Path("loopscale-runs") / "analysis"
+DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
 
 
 def register(subparsers) -> None:
@@ -84,7 +85,8 @@ def register(subparsers) -> None:
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, sqlite:///path/mlflow.db or http(s)://server "
-                             "(default: the search's, sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+                             "(default: $MLFLOW_TRACKING_URI, else the search's sqlite:///<cwd>/loopscale-runs/"
+                             "mlflow.db)")
 
 
 def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 200) -> None:

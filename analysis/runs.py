@@ -32,8 +32,9 @@ def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.Dat
     """The validated runs table of an MLflow experiment (= sweep name), or of a CSV / parquet file.
 
     ``experiment`` naming an existing file (or ending in .csv / .parquet) is read as a file; anything else is
-    an experiment name looked up at ``tracking_uri`` (default: the search's store,
-    sqlite:///<cwd>/loopscale-runs/mlflow.db). Every problem with the input is a ValueError with one clear line, raised before any write.
+    an experiment name looked up at ``tracking_uri`` (default: $MLFLOW_TRACKING_URI, else the search's store,
+    sqlite:///<cwd>/loopscale-runs/mlflow.db). Every problem with the input is a ValueError with one clear line,
+    raised before any write.
     """
     source = str(experiment)
     path = Path(source)

@@ -4,79 +4,27 @@ How the search lays runs out (DESIGN.md): experiment name = sweep name; one run 
 ``loopscale.kind = trial`` with tags sweep, stage, cell, r, budget, objective, status, reason, ...; metrics =
 the numbers the trial returned; params = the trial config flattened (s, r, budget_flops, seed, template.*, ...).
 
-Before MLflow touches a store it is checked: a sqlite file must exist and be an MLflow database (MLflow would
-otherwise create one, writing where the user only meant to read), an HTTP server must answer /health within a
-few seconds (MLflow's client retries for minutes). Every failure is a ValueError with one line, in which the
-password of a ``http://user:password@host`` URI is shown as ``***``.
+Before MLflow touches a store it is checked (analysis/store.py: the store must exist, reading writes nothing);
+every failure is a ValueError with one line, in which a URI's password is shown as ``***``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
-import sqlite3
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
-KIND_TAG = "loopscale.kind"
+from .store import KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact, resolve_tracking_uri, runs_query
+
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # Where a number lives when the trial logged no metrics (failed runs): a tag of another name.
 TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
-HEALTH_TIMEOUT_S = 5.0
-SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
-DEFAULT_RUN_DIR = "loopscale-runs"  # where ``loopscale search`` keeps its store unless told otherwise
-_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` in it replaced by ``***``."""
-    return _URI_PASSWORD.sub(r"\1***\3", text)
-
-
-def resolve_uri(tracking_uri: str | None) -> str:
-    """The URI given, else the search's default store: sqlite:///<cwd>/loopscale-runs/mlflow.db."""
-    return tracking_uri or f"sqlite:///{Path.cwd() / DEFAULT_RUN_DIR / 'mlflow.db'}"
-
-
-def check_store(uri: str) -> None:
-    """Refuse a store that is missing, corrupted or not answering, before MLflow touches it."""
-    if uri.startswith("sqlite:"):
-        _check_sqlite(uri)
-    elif uri.startswith(("http://", "https://")):
-        _check_server(uri)
-
-
-def _check_sqlite(uri: str) -> None:
-    path = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-    if not path.is_file():
-        raise ValueError(f"no MLflow database at {path} (tracking URI {uri})")
-    try:
-        with sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True) as db:
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as err:
-        raise ValueError(f"cannot read MLflow database {path}: {err}") from None
-    if not {"experiments", "runs"} <= tables:
-        raise ValueError(f"{path} is not an MLflow database (no experiments/runs tables)")
-
-
-def _check_server(uri: str) -> None:
-    parts = urllib.parse.urlsplit(uri)  # /health needs no login: ask it without the URI's credentials
-    health = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/") + "/health"
-    try:
-        with urllib.request.urlopen(health, timeout=HEALTH_TIMEOUT_S) as answer:
-            answer.read()
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise ValueError(f"MLflow tracking server at {redact(uri)} is not answering ({reason})") from None
 
 
 def _experiment(client: MlflowClient, name: str, uri: str):
@@ -88,19 +36,12 @@ def _experiment(client: MlflowClient, name: str, uri: str):
 
 
 def _runs_of_kind(client: MlflowClient, experiment_id: str, kind: str) -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = '{kind}'",
-                                  run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return list(iter_runs(client, experiment_id, runs_query(kind)))
 
 
 def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dict[str, Any]], str]:
     """Raw rows (one per trial run) of ``experiment`` and the URI they came from."""
-    uri = resolve_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     try:
         client = MlflowClient(tracking_uri=uri)
@@ -145,7 +86,7 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
     Earlier analysis runs of the experiment are deleted (MLflow's soft delete) so the UI shows one current
     analysis. Returns (new run id, replaced run ids).
     """
-    uri = resolve_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp = _experiment(client, experiment, uri)

@@ -27,13 +27,13 @@ same stream), ``max_tokens`` (cap on the training tokens cached; None = all, exc
 
 from __future__ import annotations
 
-import difflib
 import glob
 import os
 from typing import Any
 
 from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
 from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
+from .hints import did_you_mean
 
 REQUIRED = object()  # marks a key without a default
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}
@@ -75,14 +75,14 @@ def validate_data(data: dict[str, Any]) -> None:
         raise ValueError(f"data must be a table/dict, got {type(data).__name__}")
     source = data.get("source", COMMON_DEFAULTS["source"])
     if source not in SOURCE_DEFAULTS:
-        raise ValueError(f"data.source: unknown source {source!r}{_suggest(source, SOURCE_DEFAULTS)}; "
+        raise ValueError(f"data.source: unknown source {source!r}{did_you_mean(source, SOURCE_DEFAULTS)}; "
                          f"known: {', '.join(SOURCE_DEFAULTS)}")
     allowed = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **BPE_DEFAULTS}
     for key, value in data.items():
         if key in BPE_DEFAULTS and data.get("tokenizer") != BPE:
             raise ValueError(f"data.{key} applies only with tokenizer = 'bpe'")
         if key not in allowed:
-            raise ValueError(f"data: unknown key {key!r} for source {source!r}{_suggest(key, allowed)}; "
+            raise ValueError(f"data: unknown key {key!r} for source {source!r}{did_you_mean(key, allowed)}; "
                              f"allowed: {', '.join(sorted(allowed))}")
         _check_type(key, value, allowed[key])
     for key, default in allowed.items():
@@ -146,7 +146,7 @@ def _check_files(data: dict[str, Any]) -> None:
         raise ValueError(f"data.path: no such file {data['path']!r}")
     fmt = data.get("format")
     if fmt is not None and fmt not in FILE_FORMATS:
-        raise ValueError(f"data.format: unknown format {fmt!r}{_suggest(fmt, FILE_FORMATS)}; "
+        raise ValueError(f"data.format: unknown format {fmt!r}{did_you_mean(fmt, FILE_FORMATS)}; "
                          f"known: {', '.join(FILE_FORMATS)}")
     if fmt is None:
         _infer_format(files)
@@ -177,8 +177,3 @@ def _check_type(key: str, value: Any, default: Any) -> None:
         expected = "a string"
     if not ok:
         raise ValueError(f"data.{key} must be {expected}, got {value!r}")
-
-
-def _suggest(word: Any, options: Any) -> str:
-    match = difflib.get_close_matches(str(word), list(options), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""

@@ -39,13 +39,14 @@ widths and recurrences of the demo grid. A search that tunes ``lr`` overrides it
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
 import torch
 
 from loopscale.model import LoopedLM
+
+from .hints import did_you_mean
 
 HAS_MUON = hasattr(torch.optim, "Muon")
 OPTIMIZERS = ("muon", "adamw")
@@ -91,9 +92,8 @@ def validate_recipe(recipe: dict[str, Any]) -> None:
         raise ValueError(f"recipe must be a table/dict, got {type(recipe).__name__}")
     for key, value in recipe.items():
         if key not in RECIPE_DEFAULTS:
-            match = difflib.get_close_matches(key, list(RECIPE_DEFAULTS), n=1)
-            hint = f" (did you mean {match[0]!r}?)" if match else ""
-            raise ValueError(f"recipe: unknown key {key!r}{hint}; allowed: {', '.join(RECIPE_DEFAULTS)}")
+            raise ValueError(f"recipe: unknown key {key!r}{did_you_mean(key, RECIPE_DEFAULTS)}; "
+                             f"allowed: {', '.join(RECIPE_DEFAULTS)}")
         if key in _NUMBERS:
             _check_number(key, value)
     _check_choice("optimizer", recipe.get("optimizer", RECIPE_DEFAULTS["optimizer"]), OPTIMIZERS)
@@ -205,6 +205,5 @@ def _check_number(key: str, value: Any) -> None:
 
 def _check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        match = difflib.get_close_matches(str(value), list(choices), n=1)
-        hint = f" (did you mean {match[0]!r}?)" if match else ""
-        raise ValueError(f"recipe.{key}: unknown value {value!r}{hint}; choose one of {', '.join(choices)}")
+        raise ValueError(f"recipe.{key}: unknown value {value!r}{did_you_mean(value, choices)}; "
+                         f"choose one of {', '.join(choices)}")

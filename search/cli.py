@@ -12,9 +12,11 @@ import sys
 from collections.abc import Callable
 
 from loopscale.analysis.cli import register as add_analysis
+from loopscale.analysis.store import resolve_tracking_uri
 
-from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec, default_tracking_uri
+from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec
 
+STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db)"
 SPEC_HELP = f"a sweep spec TOML file, or a preset: {', '.join(PRESET_NAMES)}"
 
 
@@ -82,7 +84,8 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
                         "skips calibration)")
     p.add_argument("--address", help="an existing Ray cluster to run on (default: RAY_ADDRESS, else local Ray)")
     p.add_argument("--tracking-uri", help="MLflow store: sqlite:///path/mlflow.db or http(s)://server "
-                                          "(default: sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+                                          "(default: the spec's, else $MLFLOW_TRACKING_URI, else "
+                                          "sqlite:///<cwd>/loopscale-runs/mlflow.db)")
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
     p.set_defaults(func=_search)
 
@@ -104,7 +107,7 @@ def add_ui(subparsers: argparse._SubParsersAction) -> None:
                     "and metrics as columns, a train_loss curve per run) and open the analysis run's plots and "
                     "tables. Binds to 127.0.0.1; another --host is reachable by others and gets a warning.")
     p.add_argument("--experiment", help="sweep name to open (default: the list of experiments)")
-    p.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=5000, help="port (default 5000)")
     p.set_defaults(func=_ui)
@@ -113,7 +116,7 @@ def add_ui(subparsers: argparse._SubParsersAction) -> None:
 def _ui(args: argparse.Namespace) -> int:
     from .ui import serve
 
-    return serve(args.tracking_uri or default_tracking_uri(), args.host, args.port, args.experiment)
+    return serve(resolve_tracking_uri(args.tracking_uri), args.host, args.port, args.experiment)
 
 
 def add_demo(subparsers: argparse._SubParsersAction) -> None:
@@ -123,7 +126,7 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
                     "cores), analyse it, print phi with its interval and the allocation table, and say where the "
                     "tables and plots are. Run it again to resume an interrupted demo or to re-analyse a "
                     "finished one.")
-    p.add_argument("--tracking-uri", help="MLflow store (default: sqlite:///<cwd>/loopscale-runs/mlflow.db)")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
     p.set_defaults(func=_demo)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .spec import SweepSpec, redact_uri
+from loopscale.analysis.store import redact
+
+from .spec import SweepSpec
 
 # The allocation table's columns a person reads first (the CSV next to it has all of them).
 SUMMARY_COLUMNS = {"budget_flops": "C (FLOPs)", "r": "r", "width": "width", "N": "N unique", "N_eff": "N_eff",
@@ -47,5 +49,5 @@ def run_demo(args: argparse.Namespace) -> int:
               f"{allocation}):\n{allocation_summary(allocation)}")
     print(f"\ntables: {out / 'tables'}\nplots:  {out / 'plots'}\n"
           f"browse every run and the analysis in the MLflow UI: loopscale ui --experiment {spec.name}"
-          + ("" if args.tracking_uri is None else f" --tracking-uri {redact_uri(spec.tracking_uri)}"))
+          + ("" if args.tracking_uri is None else f" --tracking-uri {redact(spec.tracking_uri)}"))
     return 0

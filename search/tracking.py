@@ -35,19 +35,17 @@ import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
 from loopscale.objectives import METRIC_KEYS, model_config
 
 from .spec import SweepSpec
 
-KIND_TAG = "loopscale.kind"
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
 PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
-SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
-_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
 
 
 # ---- secrets ---------------------------------------------------------------------------------------------
@@ -66,7 +64,7 @@ def redact_text(text: str) -> str:
     for value in sorted(values, key=len, reverse=True):  # longest first: one secret may contain another
         text = text.replace(value, "***")
     lines = []
-    for line in _URI_PASSWORD.sub(r"\1***\3", text).splitlines():
+    for line in redact(text).splitlines():
         key, eq, _ = line.partition("=")
         lines.append(f"{key}= \"***\"" if eq and is_secret_key(key.strip().strip('"')) else line)
     return "\n".join(lines) + "\n"
@@ -91,7 +89,7 @@ def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
         elif is_secret_key(name):
             flat[name] = "***"
         else:
-            flat[name] = _URI_PASSWORD.sub(r"\1***\3", str(value))[:6000]
+            flat[name] = redact(str(value))[:6000]
     return flat
 
 
@@ -129,13 +127,13 @@ def ready_store(uri: str) -> None:
     seen with 8 at once in tests/test_concurrency.py), and so does a driver killed while it runs them. A
     half-migrated store is unreadable for good, so a new one is built under a temporary name and renamed into
     place when complete. An HTTP server migrates its own store once."""
-    if not uri.startswith("sqlite:///") or uri in _READY_STORES:
+    database = sqlite_path(uri)
+    if database is None or uri in _READY_STORES:
         return
-    database = Path(uri.removeprefix("sqlite:///"))
     database.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{database}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not database.exists():
+        if not database.exists() or not database.stat().st_size:  # an empty file is no store yet (store.py)
             for stale in database.parent.glob(f"{database.name}.*.new"):  # left by a creator that was killed
                 stale.unlink()
             scratch = database.with_name(f"{database.name}.{os.getpid()}.new")
@@ -147,14 +145,15 @@ def ready_store(uri: str) -> None:
 
 def find_parent_run(spec: SweepSpec) -> Any | None:
     """The sweep's parent run if the store already has one; reads only (a missing sqlite file stays missing)."""
-    if spec.tracking_uri.startswith("sqlite:///") and not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists():
+    database = sqlite_path(spec.tracking_uri)
+    if database is not None and not database.exists():
         return None
     ready_store(spec.tracking_uri)  # the file may be a store another driver is creating right now
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     if experiment is None:
         return None
-    runs = client.search_runs([experiment.experiment_id], f"tags.`{KIND_TAG}` = 'sweep'", max_results=1)
+    runs = client.search_runs([experiment.experiment_id], runs_query("sweep"), max_results=1)
     return runs[0] if runs else None
 
 
@@ -172,8 +171,8 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
     experiment = client.get_experiment_by_name(spec.name)
     if experiment is None:
         location = None
-        if spec.tracking_uri.startswith("sqlite:///"):
-            location = (Path(spec.tracking_uri.removeprefix("sqlite:///")).resolve().parent / "artifacts").as_uri()
+        if sqlite_path(spec.tracking_uri) is not None:
+            location = (sqlite_path(spec.tracking_uri).resolve().parent / "artifacts").as_uri()
         experiment_id = client.create_experiment(spec.name, artifact_location=location, tags=experiment_tags(spec))
     else:
         experiment_id = experiment.experiment_id
@@ -199,8 +198,8 @@ def discard_stage_runs(spec: SweepSpec, parent_run_id: str, stage: str) -> None:
     was never saved, so their trial keys would name different trials now."""
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
-    query = f"tags.`{PARENT_TAG}` = '{parent_run_id}' and tags.`{KIND_TAG}` = 'trial' and tags.stage = '{stage}'"
-    for run in client.search_runs([experiment.experiment_id], query, max_results=10_000):
+    query = runs_query("trial", **{PARENT_TAG: parent_run_id, "stage": stage})
+    for run in list(iter_runs(client, experiment.experiment_id, query)):  # all read before the first delete
         client.delete_run(run.info.run_id)
 
 
@@ -333,14 +332,8 @@ class TrialTracker:
         entry.curve, entry.flushed_at = [], time.monotonic()
 
     def _trial_runs(self) -> list[Any]:
-        query = f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and tags.`{KIND_TAG}` = 'trial'"
-        runs, token = [], None
-        while True:
-            page = self._client.search_runs([self.experiment_id], query, max_results=1000, page_token=token)
-            runs += list(page)
-            token = page.token
-            if not token:
-                return runs
+        query = runs_query("trial", **{PARENT_TAG: self.parent_run_id})
+        return list(iter_runs(self._client, self.experiment_id, query))
 
 
 def run_name(stage: str, trial_config: dict[str, Any]) -> str:

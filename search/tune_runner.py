@@ -35,10 +35,11 @@ from ray.tune.result import EXPR_ERROR_FILE
 from ray.tune.search import Searcher
 
 from loopscale import objectives
+from loopscale.analysis.store import redact
 from loopscale.objectives import METRIC_KEYS
 
 from .progress import Progress
-from .spec import Cell, SweepSpec, redact_uri
+from .spec import Cell, SweepSpec
 from .tracking import TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep
 
 METRIC = "val_loss"
@@ -425,7 +426,7 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
         state.save(saved)  # first: a crash from here on is resumable
         experiment_id, parent = open_sweep(spec, fingerprint)
         print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
-              f"{spec.objective}; MLflow {redact_uri(spec.tracking_uri)} (experiment {spec.name!r}); "
+              f"{spec.objective}; MLflow {redact(spec.tracking_uri)} (experiment {spec.name!r}); "
               f"Tune state {Path(state.path).parent}", flush=True)
         tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
@@ -445,7 +446,7 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
         close_sweep(spec, parent)
         state.save({**saved, "complete": True})
         print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
-              f"--tracking-uri {redact_uri(spec.tracking_uri)}", flush=True)
+              f"--tracking-uri {redact(spec.tracking_uri)}", flush=True)
         return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
     finally:
         if user_period is None:

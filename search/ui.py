@@ -14,9 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
+
+from loopscale.analysis.store import check_server, check_store, redact
 
 LOOPBACK = "127.0.0.1"
 
@@ -55,12 +54,9 @@ def wait_healthy(base: str, proc: subprocess.Popen, timeout_s: float) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"mlflow server exited with code {proc.returncode} before it answered")
         try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
+            return check_server(base, timeout_s=2)
+        except ValueError:  # not up yet
+            time.sleep(0.5)
     raise RuntimeError(f"mlflow server did not answer {base}/health within {timeout_s:.0f} s")
 
 
@@ -112,26 +108,19 @@ def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
 
     experiment = MlflowClient(tracking_uri).get_experiment_by_name(name)
     if experiment is None:
-        from .spec import redact_uri
-
-        raise ValueError(f"no experiment {name!r} in {redact_uri(tracking_uri)}; run `loopscale search` first")
+        raise ValueError(f"no experiment {name!r} in {redact(tracking_uri)}; run `loopscale search` first")
     return experiment.experiment_id
 
 
 def serve(tracking_uri: str, host: str, port: int, experiment: str | None) -> int:
     """Run the UI on ``experiment``'s runs until Ctrl-C / SIGTERM; returns the exit code."""
-    from .spec import check_tracking_uri, redact_uri
-
-    if tracking_uri.startswith("sqlite:///"):
-        if not Path(tracking_uri.removeprefix("sqlite:///")).is_file():
-            raise ValueError(f"no MLflow store at {tracking_uri}; run a search first or pass --tracking-uri")
-        check_tracking_uri(tracking_uri)  # a corrupted file: one line, not SQLAlchemy's traceback
+    check_store(tracking_uri)  # missing, corrupted or not answering: one line, not SQLAlchemy's traceback
     experiment_id = experiment_id_of(tracking_uri, experiment)
     if host != LOOPBACK:
         print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
               "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)
     proc, base = start_server(tracking_uri, host, port)
-    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact_uri(tracking_uri)}; Ctrl-C stops it)",
+    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact(tracking_uri)}; Ctrl-C stops it)",
           flush=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

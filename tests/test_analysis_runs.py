@@ -143,13 +143,13 @@ def test_a_missing_database_is_refused_and_not_created(tmp_path):
 def test_a_corrupted_or_foreign_database_is_refused(tmp_path):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not sqlite at all" * 100)
-    with pytest.raises(ValueError, match="cannot read MLflow database"):
+    with pytest.raises(ValueError, match="is not a readable SQLite database"):
         load_runs("sweep", f"sqlite:///{garbage}")
     foreign = tmp_path / "foreign.db"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE t (x)")
     before = foreign.read_bytes()
-    with pytest.raises(ValueError, match="not an MLflow database"):
+    with pytest.raises(ValueError, match="an SQLite database but not MLflow's"):
         load_runs("sweep", f"sqlite:///{foreign}")
     assert foreign.read_bytes() == before
 
@@ -159,7 +159,7 @@ def test_a_server_that_does_not_answer(tmp_path):
     with socket.socket() as sock:  # a port nobody listens on: bind, read the number, close
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(ValueError, match="not answering"):
+    with pytest.raises(ValueError, match="is unreachable"):
         load_runs("sweep", f"http://127.0.0.1:{port}")
 
 

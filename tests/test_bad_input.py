@@ -262,8 +262,8 @@ def test_analyze_refuses_an_experiment_without_a_usable_run(workdir, capsys, sma
 
 @pytest.mark.parametrize("command", sorted(ANALYSIS_COMMANDS))
 @pytest.mark.parametrize("what, make, message", [
-    ("garbage file", garbage_db, "cannot read MLflow database"),
-    ("another program's database", foreign_db, "is not an MLflow database"),
+    ("garbage file", garbage_db, "is not a readable SQLite database"),
+    ("another program's database", foreign_db, "is an SQLite database but not MLflow's"),
     ("missing file", lambda root: f"sqlite:///{root / 'missing' / 'mlflow.db'}", "no MLflow database at"),
 ], ids=["garbage file", "another program's database", "missing file"])
 def test_analysis_refuses_an_unusable_database(workdir, capsys, command, what, make, message):
@@ -273,10 +273,10 @@ def test_analysis_refuses_an_unusable_database(workdir, capsys, command, what, m
 def test_analysis_refuses_a_tracking_server_that_does_not_answer(workdir, capsys):
     closed = f"http://127.0.0.1:{free_port()}"
     for command in sorted(ANALYSIS_COMMANDS):
-        refuses(ANALYSIS_COMMANDS[command]("sweep", closed), workdir, capsys, f"{closed} is not answering")
+        refuses(ANALYSIS_COMMANDS[command]("sweep", closed), workdir, capsys, f"{closed} is unreachable")
     with silent_server() as hung:
         refuses(["analyze", "--experiment", "sweep", "--tracking-uri", hung], workdir, capsys,
-                f"{hung} is not answering (timed out)")
+                f"{hung} is unreachable: timed out")
 
 
 # ---- the console entry point -------------------------------------------------------------------------------

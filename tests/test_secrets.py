@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
 from loopscale.search.cli import build_parser, main
-from loopscale.search.tracking import SUPPRESS_URLS
+from loopscale.analysis.store import SUPPRESS_URLS
 from loopscale.search.tune_runner import _start_ray
 from loopscale.search.ui import LOOPBACK, server_command, start_server
 from servers import mlflow_server

@@ -18,7 +18,7 @@ from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.plan import measure_throughput, render_plan, total_flops
-from loopscale.search.spec import redact_uri
+from loopscale.analysis.store import redact
 from loopscale.search.tracking import flatten_params, is_secret_key, redact_text
 
 TINY_TEMPLATE = {"depth": 6, "prelude": 1, "coda": 1, "width_unit": 16, "head_dim": 16, "injection": "linear"}
@@ -219,7 +219,7 @@ def test_plan_measures_throughput_of_a_sweep_shape():
 
 # ---- secrets --------------------------------------------------------------------------------------------
 def test_secrets_never_reach_mlflow():
-    assert redact_uri("http://alice:s3cret@host:5000") == "http://alice:***@host:5000"
+    assert redact("http://alice:s3cret@host:5000") == "http://alice:***@host:5000"
     assert is_secret_key("data.hf_token") and is_secret_key("password") and not is_secret_key("val_tokens")
     params = flatten_params({"data": {"hf_token": "abc", "url": "https://u:pw@h/x"}, "batch_tokens": 4})
     assert params == {"data.hf_token": "***", "data.url": "https://u:***@h/x", "batch_tokens": "4"}

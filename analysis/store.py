@@ -1,0 +1,151 @@
+"""The MLflow store contract, shared by the search (which writes) and the analysis (which reads).
+
+One home for what both sides must agree on: the tag that says what a run is (``loopscale.kind`` = sweep, trial
+or analysis), where a store is when nobody names one, how a password in a URI is hidden, how a store is checked
+before MLflow touches it, and how runs are paged through. Imports MLflow only (never Ray): the analysis runs
+without the search's dependencies.
+
+Which store (the first that is set wins)::
+
+    --tracking-uri  >  the spec's tracking_uri  >  $MLFLOW_TRACKING_URI  >  sqlite:///<cwd>/loopscale-runs/mlflow.db
+
+Checks (every failure is a ValueError of one line, the URI's password shown as ``***``):
+
+* sqlite: a file that exists must be an SQLite database holding MLflow's tables, or hold no table at all. A
+  database without tables is treated as no database: the search may create its store there; a command that
+  only reads refuses it, since MLflow would otherwise build its schema, writing where the user meant to read.
+  Other programs' databases and corrupted files are refused (MLflow would fail deep inside SQLAlchemy, or add
+  its tables to someone else's database). Checked read-only: the check writes nothing.
+* http(s): the server's ``/health`` must answer HTTP 200 within a few seconds (MLflow's own client retries
+  for minutes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+KIND_TAG = "loopscale.kind"  # "sweep" | "trial" | "analysis"
+SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # else MLflow prints each run's URL, password included
+TRACKING_ENV = "MLFLOW_TRACKING_URI"
+DEFAULT_RUN_DIR = "loopscale-runs"  # the search's outputs (store, Tune storage, cache, analysis) by default
+HEALTH_TIMEOUT_S = 5.0
+PAGE_SIZE = 1000
+_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
+
+
+def redact(text: str) -> str:
+    """``text`` (a URI, a message, a TOML file) with the password of every ``scheme://user:password@`` in it
+    replaced by ``***``: safe to print or log."""
+    return _URI_PASSWORD.sub(r"\1***\3", text)
+
+
+def default_tracking_uri() -> str:
+    """The store of every command that is told of none: a sqlite file under ./loopscale-runs."""
+    return f"sqlite:///{Path.cwd() / DEFAULT_RUN_DIR / 'mlflow.db'}"
+
+
+def resolve_tracking_uri(*given: str | None) -> str:
+    """The first URI of ``given`` that is set (the flag first, then the spec's), else ``$MLFLOW_TRACKING_URI``,
+    else the default store."""
+    for uri in (*given, os.environ.get(TRACKING_ENV)):
+        if uri:
+            return uri
+    return default_tracking_uri()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (query string dropped), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_store(uri: str, *, create: bool = False) -> None:
+    """Refuse, with one line, a store MLflow could not use; ``create`` when the caller may create it (the search)
+    rather than only read it. Writes nothing."""
+    shown = redact(uri)
+    scheme = urllib.parse.urlsplit(uri).scheme
+    if scheme == "sqlite":
+        path = sqlite_path(uri)
+        if path is None or uri.removeprefix("sqlite:///").split("?", 1)[0] in ("", ":memory:"):
+            raise ValueError(f"tracking URI {shown!r} must name a database file, e.g. sqlite:////abs/path/mlflow.db")
+        _check_sqlite(path, create=create, uri=shown)
+    elif scheme in ("http", "https"):
+        check_server(uri)
+    else:
+        raise ValueError(f"tracking URI {shown!r}: use sqlite:///path/to/mlflow.db or an http(s):// MLflow server")
+
+
+def _check_sqlite(path: Path, *, create: bool, uri: str) -> None:
+    if path.exists():
+        if not (path.is_file() and os.access(path, os.R_OK | (os.W_OK if create else 0))):
+            raise ValueError(f"tracking database {path} is not a readable{' and writable' if create else ''} file")
+        tables = sqlite_tables(path)
+        if tables and not {"experiments", "runs"} <= tables:
+            raise ValueError(f"tracking database {path} is an SQLite database but not MLflow's (no experiments "
+                             "and runs tables)")
+        if tables or create:
+            return
+    elif create:
+        parent = path.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not (parent.is_dir() and os.access(parent, os.W_OK)):
+            raise ValueError(f"tracking database {path} cannot be created: {parent} is not writable")
+        return
+    raise ValueError(f"no MLflow database at {path} (tracking URI {uri}); run `loopscale search` first or pass "
+                     "--tracking-uri")
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    """The table names of an SQLite file, opened read-only (an empty file is an empty database)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ValueError(f"tracking database {path} is not a readable SQLite database: {exc}") from None
+
+
+def check_server(uri: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+    """An MLflow server must answer ``/health`` with HTTP 200. Asked without the URI's credentials: /health
+    needs no login, and they travel in MLFLOW_TRACKING_USERNAME/PASSWORD anyway."""
+    parts = urllib.parse.urlsplit(uri)
+    health = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(health, timeout=timeout_s) as reply:
+            status = reply.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        raise ValueError(f"tracking server {redact(uri)} is unreachable: {getattr(exc, 'reason', exc)}") from None
+    if status != 200:
+        raise ValueError(f"tracking server {redact(uri)} answered /health with HTTP {status}")
+
+
+def runs_query(kind: str, **tags: str) -> str:
+    """An MLflow filter for runs of one ``kind`` carrying the given tag values."""
+    return " and ".join([f"tags.`{KIND_TAG}` = '{kind}'", *(f"tags.`{k}` = '{v}'" for k, v in tags.items())])
+
+
+def iter_runs(client: Any, experiment_id: str, query: str, *, active_only: bool = True) -> Iterator[Any]:
+    """Every run of the experiment matching ``query``, page by page (MLflow returns at most a page per call)."""
+    from mlflow.entities import ViewType
+
+    view = ViewType.ACTIVE_ONLY if active_only else ViewType.ALL
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], query, run_view_type=view, max_results=PAGE_SIZE,
+                                  page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
