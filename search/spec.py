@@ -355,5 +355,5 @@ def resolve_spec_path(spec: str | os.PathLike) -> Path:
     if path.is_file():
         return path
     if str(spec) in PRESET_NAMES:
-        return Path(str(resources.files(__package__) / "presets" / f"{spec}.toml"))
+        return Path(str(resources.files("loopscale.search") / "presets" / f"{spec}.toml"))
     raise ValueError(f"no spec file {str(spec)!r} (presets: {', '.join(PRESET_NAMES)})")
