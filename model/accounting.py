@@ -10,13 +10,18 @@ Counting follows Schwethelm et al. 2026 (PAPER.md, "Counting"):
   scale vectors (2 d); QK-norm has no parameters; no biases.
 * ``N_once`` = prelude + coda blocks + the model-level norm scales that run once (after the embedding,
   before the head); ``N_rec`` = the shared block (+ its end-of-recurrence norm when looped) + injection
-  (``2 d^2`` for linear injection). ``N = N_once + N_rec`` excludes the embedding and the LM head.
+  (``2 d^2`` for linear injection; ``r (K^2 + 2 K)`` lane weights for hyperconnections with K lanes: each
+  recurrence has its own alpha (K), M (K x K), beta (K)). ``N = N_once + N_rec`` excludes the embedding and
+  the LM head.
 * training FLOPs per token, as the paper's code counts them::
 
       F = 6 (P_prelude + P_coda + P_head + r (P_recur + P_inject)) + 12 h q T L_eff
 
   with P_* including their norm scales (P_head = LM head + final norm), attention counted full (not halved
-  for causality), embedding lookup and softmax excluded. Truncated backprop: each of the r - k
+  for causality), embedding lookup and softmax excluded. P_inject is what one recurrence's injection
+  multiplies per token: 2 d^2 (linear), (K^2 + 2 K) d for hyperconnections (reading K lanes with alpha: K d;
+  the lane update [M | beta] over [lanes; s]: K (K + 1) d; the paper's code counts the same (K^2 + 2K) d).
+  Truncated backprop: each of the r - k
   forward-only recurrences costs 2 P (no backward) and 4 h q T per layer instead of 6 P and 12 h q T.
 """
 
@@ -71,8 +76,20 @@ def block_params(width: int, mlp_ratio: int = 4) -> int:
 
 
 def inject_params(config: LoopedConfig) -> int:
-    """Linear injection u = W [e; h] with W of shape d x 2d; additive and none have no parameters."""
-    return 2 * config.width * config.width if config.injection == "linear" else 0
+    """Linear injection u = W [e; h] with W of shape d x 2d; hyperconnections r (K^2 + 2K) lane weights;
+    additive and none have no parameters."""
+    if config.injection == "linear":
+        return 2 * config.width * config.width
+    if config.injection == "hyperconnect":
+        return config.r * (config.lanes * config.lanes + 2 * config.lanes)
+    return 0
+
+
+def inject_matmul_params(config: LoopedConfig) -> int:
+    """Multiply-adds per token of ONE recurrence's injection (its P_inject in the FLOP formula)."""
+    if config.injection == "hyperconnect":
+        return (config.lanes * config.lanes + 2 * config.lanes) * config.width
+    return inject_params(config)
 
 
 def count_params(config: LoopedConfig) -> ParamCounts:
@@ -105,7 +122,7 @@ def flops_per_token(config: LoopedConfig) -> int:
     """Training FLOPs per token (forward + backward), PAPER.md's formula with truncated backprop."""
     p = count_params(config)
     head = p.lm_head + config.width  # LM head matrix + the final norm before it
-    per_recurrence = p.recur + p.inject
+    per_recurrence = p.recur + inject_matmul_params(config)
     k = config.grad_recurrences
     matmul = 6 * (p.prelude + p.coda + head) + 6 * k * per_recurrence + 2 * (config.r - k) * per_recurrence
     grad_layers = config.n_prelude + config.n_coda + k * config.n_recur

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-INJECTIONS = ("linear", "additive", "none")
+INJECTIONS = ("linear", "additive", "none", "hyperconnect")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class LoopedConfig:
     ``bptt_k``: truncated backprop through recurrences. ``None`` (default) back-propagates through all r
     recurrences; ``k`` in [1, r] lets only the last k recurrences carry gradients, the first r - k run
     forward-only (the paper's Delta-phi case study uses k = ceil(r / 2)).
+
+    ``lanes``: K, the number of lane states of ``injection = "hyperconnect"`` (the paper's best variant uses 2);
+    ignored by the other injections.
     """
 
     width: int
@@ -42,6 +45,7 @@ class LoopedConfig:
     seq_len: int = 2048
     injection: str = "none"
     bptt_k: int | None = None
+    lanes: int = 2
     mlp_ratio: int = 4
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-6
@@ -61,6 +65,10 @@ class LoopedConfig:
                  "r = 1 is a plain transformer: injection must be 'none'")
         _require(self.bptt_k is None or 1 <= self.bptt_k <= self.r,
                  f"bptt_k must be None or in [1, r={self.r}], got {self.bptt_k}")
+        _require(self.lanes >= 1, f"lanes must be >= 1, got {self.lanes}")
+        _require(self.injection != "hyperconnect" or self.grad_recurrences == self.r,
+                 f"injection 'hyperconnect' needs backprop through every recurrence (its per-recurrence lane "
+                 f"weights would get no gradient): bptt_k must be unset or r={self.r}, got {self.bptt_k}")
         _require(self.vocab_size >= 2 and self.seq_len >= 1, "vocab_size >= 2 and seq_len >= 1 required")
 
     # ---- derived sizes -------------------------------------------------------------------------------

@@ -9,6 +9,16 @@ Injection of the prelude output e into every recurrence (state h):
   additive  u_t = h_t + e, h_0 = 0
   none      u_t = h_t, h_0 = e
 The shared block maps u_t to the next state, h_{t+1} = norm(block(u_t)).
+
+  hyperconnect (K lanes; PAPER.md, "Hyperconnections"): lanes L_k = e for k = 1..K; recurrence i runs the
+            block on u_i = sum_k alpha_i[k] L_k, s_i = norm(block(u_i)), then L <- M_i L + beta_i s_i (each
+            lane k gets M_i[k, :] L + beta_i[k] s_i); the coda reads sum_k L_k. alpha_i (K), M_i (K x K),
+            beta_i (K) are separate per recurrence, initialised alpha_i = e_(i mod K), M_i = I, beta_i = 1.
+            At that init every lane holds the same state, so the model starts as the residual loop
+            u_{i+1} = u_i + s_i (u_1 = e) whose coda input is K u_{r+1}: NOT the linear, additive or none loop
+            (tests/test_model.py checks exactly this). The lane update is one (K x (K + 1)) matmul with
+            [M_i | beta_i] over the stacked [L; s], the read-out one (1 x K) matmul: 2 (K^2 + 2K) d FLOPs per
+            token forward, as model/accounting.py counts them.
 """
 
 from __future__ import annotations
@@ -90,6 +100,34 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+class HyperConnections(nn.Module):
+    """The per-recurrence lane weights of ``injection = "hyperconnect"`` (module docstring)."""
+
+    def __init__(self, r: int, lanes: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.empty(r, lanes))
+        self.mix = nn.Parameter(torch.empty(r, lanes, lanes))
+        self.beta = nn.Parameter(torch.empty(r, lanes))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        r, lanes = self.alpha.shape
+        self.alpha.zero_()
+        self.alpha[torch.arange(r), torch.arange(r) % lanes] = 1.0
+        self.mix.copy_(torch.eye(lanes).expand(r, lanes, lanes))
+        self.beta.fill_(1.0)
+
+    def read(self, lanes: torch.Tensor, step: int) -> torch.Tensor:
+        """u = sum_k alpha[step, k] L_k for lanes L of shape (K, B, T, d)."""
+        return (self.alpha[step].unsqueeze(0) @ lanes.reshape(lanes.size(0), -1)).view(lanes.shape[1:])
+
+    def write(self, lanes: torch.Tensor, s: torch.Tensor, step: int) -> torch.Tensor:
+        """L <- M L + beta s, as one matmul of [M | beta] with the stacked [L; s]."""
+        update = torch.cat((self.mix[step], self.beta[step].unsqueeze(1)), dim=1)
+        stacked = torch.cat((lanes, s.unsqueeze(0))).reshape(lanes.size(0) + 1, -1)
+        return (update @ stacked).view(lanes.shape)
+
+
 class LoopedLM(nn.Module):
     """Language model of shape ``config``; ``forward(idx)`` -> logits, ``forward(idx, targets)`` -> loss.
 
@@ -106,7 +144,11 @@ class LoopedLM(nn.Module):
         self.prelude = nn.ModuleList(Block(config) for _ in range(config.n_prelude))
         self.core = nn.ModuleList(Block(config) for _ in range(config.n_recur))
         self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
-        self.inject = nn.Linear(2 * d, d, bias=False) if config.injection == "linear" else None
+        self.inject: nn.Module | None = None
+        if config.injection == "linear":
+            self.inject = nn.Linear(2 * d, d, bias=False)
+        elif config.injection == "hyperconnect":
+            self.inject = HyperConnections(config.r, config.lanes)
         self.recur_norm = RMSNorm(d, config.norm_eps) if config.looped else None
         self.final_norm = RMSNorm(d, config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
@@ -118,7 +160,8 @@ class LoopedLM(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """The paper's init: embedding N(0, 1); LM head N(0, 1e-3); block matrices U(+-sqrt(3/d)) except the
-        MLP output U(+-sqrt(3/(4d))); norm scales 1; linear injection [I | 0] so that u_1 = e."""
+        MLP output U(+-sqrt(3/(4d))); norm scales 1; linear injection [I | 0] so that u_1 = e; hyperconnection
+        lanes as in the module docstring."""
         d = self.config.width
         nn.init.normal_(self.embed.weight, 0.0, 1.0)
         nn.init.normal_(self.lm_head.weight, 0.0, 1e-3)
@@ -127,7 +170,9 @@ class LoopedLM(nn.Module):
             for lin in (block.attn.q, block.attn.k, block.attn.v, block.attn.o, block.mlp.fc):
                 nn.init.uniform_(lin.weight, -bound, bound)
             nn.init.uniform_(block.mlp.proj.weight, -out_bound, out_bound)
-        if self.inject is not None:
+        if isinstance(self.inject, HyperConnections):
+            self.inject.reset_parameters()
+        elif self.inject is not None:
             self.inject.weight.zero_()
             self.inject.weight[:, :d].copy_(torch.eye(d))
         for module in self.modules():
@@ -138,14 +183,15 @@ class LoopedLM(nn.Module):
         return [*self.prelude, *self.core, *self.coda]
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        """Parameters by optimizer group: ``embedding``, ``lm_head``, ``matrices`` (block and injection
-        weights) and ``norms`` (every RMSNorm scale). Every parameter is in exactly one group."""
+        """Parameters by optimizer group: ``embedding``, ``lm_head``, ``matrices`` (block and linear injection
+        weights), ``norms`` (every RMSNorm scale) and ``lanes`` (hyperconnection weights). Every parameter is
+        in exactly one group."""
         norms = [m.weight for m in self.modules() if isinstance(m, RMSNorm)]
-        norm_ids = {id(p) for p in norms}
-        special = {id(self.embed.weight), id(self.lm_head.weight)} | norm_ids
+        lanes = list(self.inject.parameters()) if isinstance(self.inject, HyperConnections) else []
+        special = {id(self.embed.weight), id(self.lm_head.weight)} | {id(p) for p in norms + lanes}
         matrices = [p for p in self.parameters() if id(p) not in special]
         return {"embedding": [self.embed.weight], "lm_head": [self.lm_head.weight], "matrices": matrices,
-                "norms": norms}
+                "norms": norms, "lanes": lanes}
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets."""
@@ -172,12 +218,22 @@ class LoopedLM(nn.Module):
     def _recur(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Run the shared block r times on the prelude output e; the first r - k run without gradients."""
         cfg = self.config
+        if isinstance(self.inject, HyperConnections):
+            return self._hyperconnect(e, cos, sin)
         h = torch.zeros_like(e) if cfg.injection == "additive" else e
         no_grad_steps = cfg.r - cfg.grad_recurrences
         for step in range(cfg.r):
             with torch.no_grad() if step < no_grad_steps else contextlib.nullcontext():
                 h = self.recurrence(e, h, cos, sin)
         return h
+
+    def _hyperconnect(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """K lanes through r recurrences (full backprop: the config refuses truncation); the coda reads their sum."""
+        lanes = e.unsqueeze(0).expand(self.config.lanes, *e.shape)
+        for step in range(self.config.r):
+            s = self.recur_norm(self._run(self.core, self.inject.read(lanes, step), cos, sin))
+            lanes = self.inject.write(lanes, s, step)
+        return lanes.sum(0)
 
     def recurrence(self, e: torch.Tensor, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """One application of the shared block: inject e into the state h, run the block, normalise."""

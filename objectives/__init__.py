@@ -5,13 +5,13 @@ from .data_cache import data_fingerprint, open_packed, prepare_data
 from .data_spec import validate_data, vocab_size_of
 from .data_synthetic import synthetic_entropy_floor
 from .peak import device_peak_flops
-from .recipe import RECIPE_DEFAULTS, validate_recipe
+from .recipe import RECIPE_DEFAULTS, normalize_recipe, trial_lrs, validate_recipe
 from .simulate import simulate
 from .train import train
 from .trial import METRIC_KEYS, model_config
 
 __all__ = [
-    "METRIC_KEYS", "RECIPE_DEFAULTS", "data_fingerprint", "device_peak_flops", "model_config", "open_packed",
-    "prepare_data", "simulate", "synthetic_entropy_floor", "train", "train_bpe", "validate_data", "validate_recipe",
-    "vocab_size_of",
+    "METRIC_KEYS", "RECIPE_DEFAULTS", "data_fingerprint", "device_peak_flops", "model_config", "normalize_recipe",
+    "open_packed", "prepare_data", "simulate", "synthetic_entropy_floor", "train", "train_bpe", "trial_lrs",
+    "validate_data", "validate_recipe", "vocab_size_of",
 ]

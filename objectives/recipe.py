@@ -3,17 +3,21 @@
 Defaults follow Schwethelm et al. 2026 (PAPER.md, "Training recipe") where the paper states them, with the
 matrix learning rate re-measured for the CPU-sized models (note below)::
 
-    optimizer      "muon"      Muon (torch.optim.Muon; momentum 0.95, Nesterov, 5 Newton-Schulz steps) for
-                               block and injection matrices, AdamW for the rest; "adamw": AdamW everywhere.
+    optimizer      "muon"      "muonh": MuonH (objectives/muonh.py; the paper's) for block and injection
+                               matrices, AdamW for the rest; "muon": torch.optim.Muon (momentum 0.95,
+                               Nesterov, 5 Newton-Schulz steps) for the matrices; "adamw": AdamW everywhere.
                                Default "muon" where the installed torch has torch.optim.Muon, else "adamw".
-    lr             None        matrix learning rate of this trial; None -> base_lr transferred to the width
-    base_lr        None        matrix learning rate at ref_width; None -> 0.04 (muon) / 0.004 (adamw)
-    ref_width      640         width the per-group rates below are quoted at (the paper's s = 10)
+    lr             None        matrix learning rate of this trial as is; None -> base_lr moved by the rules
+    base_lr        None        matrix learning rate at the rules' reference point (objectives/lr_rules.py);
+                               None -> 0.014 (muonh, the paper's) / 0.04 (muon) / 0.004 (adamw)
+    ref_batch      262144      batch the base rates are quoted at (the paper's)
+    ref_width      640         width the AdamW rates are quoted at (the paper's s = 10)
     embedding_lr   0.3         AdamW, at ref_width
     head_lr        0.004       AdamW, at ref_width
     norm_lr        0.005       AdamW, at ref_width
+    lane_lr        0.01        AdamW, at ref_width: hyperconnection lane weights (injection "hyperconnect")
     betas          (0.8, 0.95) AdamW;  eps 1e-10;  weight_decay 0.0 (every group)
-    momentum       0.95        Muon;   ns_steps 5
+    momentum       0.95        Muon and MuonH;   ns_steps 5 (Muon; MuonH runs Polar Express's 5 iterations)
     schedule       "paper"     "paper": linear decay from the peak to final_lr_frac over the run, no warmup;
                                "cosine": linear warmup then cosine decay to final_lr_frac
     warmup_frac    None        share of steps for linear warmup; None -> 0 (paper) / 0.05 (cosine)
@@ -24,17 +28,17 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
     bf16           True        bf16 autocast (CUDA only; CPU runs fp32)
     compile        True        torch.compile (CUDA only)
 
-Width transfer (the paper's rule for AdamW groups): an AdamW learning rate quoted at ``ref_width`` is used at
-width d as ``lr * (d / ref_width) ** -0.5``. Muon's orthogonalised update already has a width-independent
-scale (the paper keeps its matrix rate fixed across widths, regret <= 0.005 nats), so the Muon matrix rate is
-not transferred. With ``optimizer = "adamw"`` the matrix rate is an AdamW rate and transfers like the others.
-So a search can calibrate ``base_lr`` once, at one width, and every width gets its rate by rule.
+Learning-rate transfer (batch, data and width rules, with their sources): objectives/lr_rules.py. The data
+rule is MuonH's (HyperP derived it for MuonH, and the paper's script applies it to MuonH only): torch's Muon
+matrix rate follows the batch rule alone, as its 0.04 default was measured without it (with it that default
+becomes 0.195 at d = 32 after 46 steps, and val loss rises from 2.43 to 2.50 nats). With
+``optimizer = "adamw"`` the matrix rate is an AdamW rate and follows the AdamW groups' rules (batch, width).
+A search calibrates ``base_lr`` once, at one cell, and every trial gets its rates by rule.
 
-Note on the matrix rate: the paper's 0.014 was tuned at d = 640 with 262k-token batches. On the CPU demo
-shapes (d = 32-128, 4-8k-token batches, a few hundred steps), measured on the KJV bytes at d = 64:
-Muon 0.01 / 0.02 / 0.04 / 0.08 reach val 2.02 / 1.95 / 1.88 / 1.83 nats after 100 steps of 4k tokens, AdamW
-matrices at 0.004 reach 2.03. 0.04 is the default: near the best at short horizons and stable across the
-widths and recurrences of the demo grid. A search that tunes ``lr`` overrides it.
+Note on the matrix rate: the paper's 0.014 (MuonH) was tuned at d = 640 with 262k-token batches. Torch's
+Muon default 0.04 was measured on the CPU demo shapes before the transfer rules existed (KJV bytes, d = 64,
+100 steps of 4k tokens: Muon 0.01 / 0.02 / 0.04 / 0.08 reach val 2.02 / 1.95 / 1.88 / 1.83 nats, AdamW
+matrices at 0.004 reach 2.03); a search that calibrates ``base_lr`` overrides it.
 """
 
 from __future__ import annotations
@@ -44,25 +48,30 @@ from typing import Any
 
 import torch
 
-from loopscale.model import LoopedLM
+from loopscale.model import LoopedConfig, LoopedLM, tokens_for_budget
+
+from .lr_rules import REF_BATCH, transfer_factors
+from .muonh import MuonH
+from .trial import model_config
 
 from .hints import did_you_mean
 
 HAS_MUON = hasattr(torch.optim, "Muon")
-OPTIMIZERS = ("muon", "adamw")
+OPTIMIZERS = ("muonh", "muon", "adamw")
 SCHEDULES = ("paper", "cosine")
-DEFAULT_BASE_LR = {"muon": 0.04, "adamw": 0.004}
+DEFAULT_BASE_LR = {"muonh": 0.014, "muon": 0.04, "adamw": 0.004}
 DEFAULT_WARMUP = {"paper": 0.0, "cosine": 0.05}
-ADAMW_WIDTH_EXPONENT = -0.5
 
 RECIPE_DEFAULTS: dict[str, Any] = {
     "optimizer": "muon" if HAS_MUON else "adamw",
     "lr": None,
     "base_lr": None,
+    "ref_batch": REF_BATCH,
     "ref_width": 640,
     "embedding_lr": 0.3,
     "head_lr": 0.004,
     "norm_lr": 0.005,
+    "lane_lr": 0.01,
     "betas": (0.8, 0.95),
     "eps": 1e-10,
     "weight_decay": 0.0,
@@ -80,9 +89,9 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 # key -> (kind, bound): "pos" a number > bound, "nonneg" >= 0, "frac" in [0, 1], "int" an integer >= bound.
 _NUMBERS: dict[str, tuple[str, float]] = {
     "lr": ("pos", 0), "base_lr": ("pos", 0), "embedding_lr": ("nonneg", 0), "head_lr": ("nonneg", 0),
-    "norm_lr": ("nonneg", 0), "eps": ("pos", 0), "weight_decay": ("nonneg", 0), "momentum": ("frac", 0),
+    "norm_lr": ("nonneg", 0), "lane_lr": ("nonneg", 0), "eps": ("pos", 0), "weight_decay": ("nonneg", 0), "momentum": ("frac", 0),
     "warmup_frac": ("frac", 0), "final_lr_frac": ("frac", 0), "diverge_factor": ("pos", 1),
-    "ref_width": ("int", 1), "ns_steps": ("int", 1), "micro_batch": ("int", 1), "log_every": ("int", 1),
+    "ref_width": ("int", 1), "ref_batch": ("int", 1), "ns_steps": ("int", 1), "micro_batch": ("int", 1), "log_every": ("int", 1),
 }
 
 
@@ -125,37 +134,54 @@ def normalize_recipe(recipe: dict[str, Any] | None) -> dict[str, Any]:
     return full
 
 
-def group_lrs(recipe: dict[str, Any], width: int) -> dict[str, float]:
-    """Peak learning rate of each parameter group at ``width`` (module docstring: width transfer)."""
-    adamw_scale = (width / recipe["ref_width"]) ** ADAMW_WIDTH_EXPONENT
+def group_lrs(recipe: dict[str, Any], template: dict[str, Any], config: LoopedConfig, tokens: int,
+              batch_tokens: int) -> dict[str, float]:
+    """Peak learning rate of each parameter group of a trial of shape ``config`` (from ``template``) that
+    trains ``tokens`` in batches of ``batch_tokens``: the base rates moved by objectives/lr_rules.py."""
+    f = transfer_factors(recipe, template, config, tokens, batch_tokens)
+    adamw = f["batch"] * f["width"]
     if recipe["lr"] is not None:
         matrices = recipe["lr"]
+    elif recipe["optimizer"] == "muonh":
+        matrices = recipe["base_lr"] * f["batch"] * f["data"]
     elif recipe["optimizer"] == "muon":
-        matrices = recipe["base_lr"]
+        matrices = recipe["base_lr"] * f["batch"]
     else:
-        matrices = recipe["base_lr"] * adamw_scale
-    return {"matrices": float(matrices), "embedding": recipe["embedding_lr"] * adamw_scale,
-            "lm_head": recipe["head_lr"] * adamw_scale, "norms": recipe["norm_lr"] * adamw_scale}
+        matrices = recipe["base_lr"] * adamw
+    return {"matrices": float(matrices), "embedding": recipe["embedding_lr"] * adamw,
+            "lm_head": recipe["head_lr"] * adamw, "norms": recipe["norm_lr"] * adamw,
+            "lanes": recipe["lane_lr"] * adamw}
 
 
-def build_optimizers(model: LoopedLM, recipe: dict[str, Any]) -> list[torch.optim.Optimizer]:
-    """AdamW for embedding, LM head and norms (and matrices with "adamw"); Muon for matrices with "muon".
+def trial_lrs(trial_config: dict[str, Any]) -> dict[str, float]:
+    """``group_lrs`` of a trial config (objectives/trial.py): what that trial will train with."""
+    config = model_config(trial_config)
+    batch_tokens = int(trial_config["batch_tokens"])
+    tokens = tokens_for_budget(config, trial_config["budget_flops"], batch_tokens)
+    return group_lrs(normalize_recipe(trial_config.get("recipe")), trial_config["template"], config, tokens,
+                     batch_tokens)
+
+
+def build_optimizers(model: LoopedLM, lrs: dict[str, float], recipe: dict[str, Any]) -> list[torch.optim.Optimizer]:
+    """AdamW for embedding, LM head, norms and lane weights (and matrices with "adamw"); MuonH or Muon for the
+    matrices with "muonh" / "muon". ``lrs``: ``group_lrs``.
 
     Every param group carries its peak rate as ``peak_lr``; ``set_lr`` scales from it.
     """
-    lrs = group_lrs(recipe, model.config.width)
     groups = model.param_groups()
-    adamw_names = ["embedding", "lm_head", "norms"] + (["matrices"] if recipe["optimizer"] == "adamw" else [])
+    adamw_names = ["embedding", "lm_head", "norms", "lanes"] + (["matrices"] if recipe["optimizer"] == "adamw" else [])
     adamw_groups = [{"params": groups[name], "lr": lrs[name], "peak_lr": lrs[name]}
                     for name in adamw_names if groups[name]]
     fused = next(model.parameters()).is_cuda  # fused kernels exist for CUDA; foreach is the CPU fast path
     optimizers: list[torch.optim.Optimizer] = [torch.optim.AdamW(
         adamw_groups, betas=recipe["betas"], eps=recipe["eps"], weight_decay=recipe["weight_decay"],
         fused=fused or None, foreach=None if fused else True)]
-    if recipe["optimizer"] == "muon":
+    matrices = [{"params": groups["matrices"], "lr": lrs["matrices"], "peak_lr": lrs["matrices"]}]
+    if recipe["optimizer"] == "muonh":  # no weight decay: a first-order no-op on MuonH's sphere
+        optimizers.append(MuonH(matrices, lr=lrs["matrices"], momentum=recipe["momentum"]))
+    elif recipe["optimizer"] == "muon":
         optimizers.append(torch.optim.Muon(
-            [{"params": groups["matrices"], "lr": lrs["matrices"], "peak_lr": lrs["matrices"]}],
-            lr=lrs["matrices"], weight_decay=recipe["weight_decay"], momentum=recipe["momentum"],
+            matrices, lr=lrs["matrices"], weight_decay=recipe["weight_decay"], momentum=recipe["momentum"],
             nesterov=True, ns_steps=recipe["ns_steps"]))
     return optimizers
 

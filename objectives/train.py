@@ -81,7 +81,8 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
 
     torch.manual_seed(int(trial_config.get("seed", 0)))
     model = LoopedLM(config).to(device)
-    optimizers = build_optimizers(model, recipe)
+    lrs = group_lrs(recipe, trial_config["template"], config, plan["tokens"], batch_tokens)
+    optimizers = build_optimizers(model, lrs, recipe)
     step_model, _ = runtime.maybe_compile(model, device, recipe["compile"])
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows)
 
@@ -105,7 +106,7 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
         "val_bpb": val_loss / math.log(2) / bytes_per_token if bytes_per_token else float("nan"),
         "train_loss": outcome["train_loss"],
         "s": float(trial_config["s"]),
-        "lr": group_lrs(recipe, config.width)["matrices"],
+        "lr": lrs["matrices"],
         "tokens_per_s": tokens / train_wall if train_wall > 0 else float("nan"),
         "mfu": flops_spent / train_wall / peak if train_wall > 0 else float("nan"),
         "wall_s": time.perf_counter() - started,

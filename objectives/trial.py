@@ -6,7 +6,8 @@ A trial config is a plain dict (so Ray can ship it and MLflow can log it)::
     r             int     recurrences
     s             float   width multiplier; width = ceil(width_unit * s / head_dim) * head_dim
     template      dict    keyword arguments of ``LoopedConfig.iso_depth`` other than s and r
-                          (depth, prelude, coda, width_unit, head_dim, seq_len, vocab_size, injection, bptt_k)
+                          (depth, prelude, coda, width_unit, head_dim, seq_len, vocab_size, injection, bptt_k,
+                          lanes)
     batch_tokens  int     tokens per optimizer step
     seed          int
     objective     str     "train" | "simulate"

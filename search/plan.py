@@ -1,6 +1,8 @@
 """``loopscale plan SPEC``: what a sweep will run and roughly how long, without training anything.
 
-Per cell, every feasible width with N_once, N_rec, D and tokens per parameter (the first guess marked);
+Per cell, every feasible width with N_once, N_rec, D and tokens per parameter (the first guess marked) and,
+when the sweep trains, the peak learning rates that width's trial will use (objectives.trial_lrs: the matrix
+rate and the AdamW groups', moved from the recipe's base by the transfer rules);
 the total FLOPs (each trial spends at most its budget, D = C / F in whole optimizer steps); and a wall-time
 estimate from a throughput measured here in a second or two:
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from loopscale import objectives
 from loopscale.model import LoopedConfig, LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
 
 from .spec import STAGES, Cell, SweepSpec
@@ -39,15 +42,37 @@ class Throughput:
 
 
 def cell_table(spec: SweepSpec, cell: Cell) -> str:
-    """The cell's feasible widths with their sizes, tokens and tokens per parameter."""
-    rows = [f"  {'':1} {'s':>5} {'width':>6} {'N_once':>11} {'N_rec':>11} {'N':>11} {'D':>11} {'D/N':>7} {'steps':>7}"]
+    """The cell's feasible widths with their sizes, tokens, tokens per parameter and (training) learning rates."""
+    trains = spec.objective == "train" or cell.stage == "calibrate"
+    lr_groups = _lr_groups(spec) if trains else ()
+    rows = [f"  {'':1} {'s':>5} {'width':>6} {'N_once':>11} {'N_rec':>11} {'N':>11} {'D':>11} {'D/N':>7} {'steps':>7}"
+            + "".join(f" {label:>8}" for _, label in lr_groups)]
     for s in cell.widths:
         config = spec.model(s, cell.r)
         p = count_params(config)
         tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
+        lrs = objectives.trial_lrs(spec.trial_config(cell, s)) if trains else {}
         rows.append(f"  {'*' if s == cell.first_guess else '':1} {s:>5g} {config.width:>6} {p.N_once:>11,} "
-                    f"{p.N_rec:>11,} {p.N:>11,} {tokens:>11,} {tokens / p.N:>7.1f} {tokens // spec.batch_tokens:>7,}")
+                    f"{p.N_rec:>11,} {p.N:>11,} {tokens:>11,} {tokens / p.N:>7.1f} {tokens // spec.batch_tokens:>7,}"
+                    + "".join(f" {lrs[group]:>8.3g}" for group, _ in lr_groups))
     return "\n".join(rows)
+
+
+def _lr_groups(spec: SweepSpec) -> tuple[tuple[str, str], ...]:
+    """(group, column label) of the learning rates a trial of this sweep uses."""
+    groups = (("matrices", "lr"), ("embedding", "lr_emb"), ("lm_head", "lr_head"), ("norms", "lr_norm"))
+    return groups + ((("lanes", "lr_lanes"),) if spec.template.get("injection") == "hyperconnect" else ())
+
+
+def _lr_note(spec: SweepSpec) -> str:
+    """How the per-width learning rates were made, and what calibration changes."""
+    recipe = objectives.normalize_recipe(spec.recipe)
+    note = (f"learning rates: {recipe['optimizer']} matrices (lr) and AdamW groups, peak of each trial, moved from "
+            f"base_lr {recipe['base_lr']:g} by the batch/data/width rules (objectives/lr_rules.py)")
+    if spec.calibrate is not None:
+        param = spec.calibrate.param
+        note += f"; calibration tunes {param}" + (", and every matrix lr scales with it" if param == "base_lr" else "")
+    return note
 
 
 def total_flops(spec: SweepSpec) -> float:
@@ -134,6 +159,8 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
         f"width = {spec.width_unit} s in heads of {spec.head_dim}, seq_len {spec.seq_len}, vocab {t['vocab_size']}, "
         f"injection {t.get('injection', 'linear')}; batch {spec.batch_tokens:,} tokens",
     ]
+    if spec.objective == "train" or spec.calibrate is not None:
+        lines.append(_lr_note(spec))
     for cell in spec.cells("calibrate"):
         cal = spec.calibrate
         lines.append(f"calibration: {cal.param} in [{cal.low:g}, {cal.high:g}] (log) at s={cal.s:g}, r={cal.r}, "

@@ -23,7 +23,8 @@ Layout (every key optional unless marked)::
     cache_dir = "./loopscale-runs/cache"
     address = ""                     # an existing Ray cluster; empty = local (RAY_ADDRESS also works)
 
-    [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k vocab_size
+    [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k lanes
+                  # vocab_size (injection: linear | additive | none | hyperconnect, with lanes = K)
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
     [simulate]    # noise (nats, default 0.01), law = {E, A, alpha, B, beta, phi} (default: the paper's fit);
                   # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl", rendezvous = N,
@@ -59,7 +60,7 @@ from .toml_table import Table, require
 OBJECTIVES = ("train", "simulate")
 SAMPLERS = ("gp", "tpe", "grid", "random")
 PRESET_NAMES = ("smoke", "demo", "paper")
-TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "vocab_size")
+TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size")
 DEFAULT_NOISE = 0.01
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
@@ -147,7 +148,8 @@ class SweepSpec:
             template_table.int(key)
         template_table.str("injection")
         template_table.int("bptt_k")
-        for key in ("width_unit", "head_dim", "bptt_k"):  # the width step divides by the first two
+        template_table.int("lanes")
+        for key in ("width_unit", "head_dim", "bptt_k", "lanes"):  # the width step divides by the first two
             require(template.get(key, 1) >= 1, f"{key} in [template] must be >= 1, got {template.get(key)}")
         injection = template.get("injection", "linear")  # checked here too: an r = 1 model ignores it
         require(injection in INJECTIONS, f"injection in [template] must be one of {', '.join(INJECTIONS)}, "

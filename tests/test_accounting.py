@@ -28,8 +28,8 @@ def module_groups(config: LoopedConfig) -> dict[str, int]:
 
 SHAPES = [LoopedConfig.from_name(name) for name in sorted(PRESETS)] + [
     LoopedConfig.iso_depth(s, r, injection=inj)
-    for s in (6, 12) for r in (1, 2, 4, 8) for inj in ("linear", "additive", "none")
-]
+    for s in (6, 12) for r in (1, 2, 4, 8) for inj in ("linear", "additive", "none", "hyperconnect")
+] + [LoopedConfig.iso_depth(6, r, injection="hyperconnect", lanes=k) for r in (2, 4) for k in (1, 3)]
 
 
 @pytest.mark.parametrize("config", SHAPES, ids=lambda c: f"d{c.width}-r{c.r}-{c.injection}-V{c.vocab_size}")
@@ -83,14 +83,26 @@ TINY = dict(depth=8, width_unit=16, head_dim=16, seq_len=64, vocab_size=128)
 @pytest.mark.parametrize("s,r,inj,bptt_k", [
     (2, 1, "none", None), (4, 1, "none", None), (2, 2, "linear", None), (4, 2, "additive", None),
     (3, 4, "linear", None), (2, 4, "none", None), (4, 4, "linear", 2), (2, 2, "linear", 1),
+    (2, 2, "hyperconnect", None), (3, 4, "hyperconnect", None), (2, 4, "hyperconnect-3", None),
 ])
 def test_flops_per_token_matches_flop_counter(s, r, inj, bptt_k):
-    config = LoopedConfig.iso_depth(s, r, injection=inj, bptt_k=bptt_k, **TINY)
+    inj, _, lanes = inj.partition("-")
+    config = LoopedConfig.iso_depth(s, r, injection=inj, bptt_k=bptt_k, lanes=int(lanes or 2), **TINY)
     measured = counted_flops(config)
     formula = flops_per_token(config)
     assert abs(measured - formula) / formula < 0.02
     # Beyond the 2% bound: the only difference is the norm scales the counter cannot see.
     assert measured + norm_flops(config) == formula
+
+
+def test_hyperconnect_counts_its_lane_weights_in_N_rec():
+    """Per recurrence alpha (K), M (K x K), beta (K): r (K^2 + 2K) scalars in N_rec; its FLOPs per token are
+    6 r (K^2 + 2K) d, under 0.1% of the model's at the paper's shapes."""
+    for r in (2, 4, 8):
+        hc, plain = (LoopedConfig.iso_depth(10, r, injection=inj) for inj in ("hyperconnect", "none"))
+        assert count_params(hc).N_rec - count_params(plain).N_rec == r * (2 * 2 + 2 * 2)
+        assert flops_per_token(hc) - flops_per_token(plain) == 6 * r * 8 * 640
+        assert (flops_per_token(hc) - flops_per_token(plain)) / flops_per_token(plain) < 1e-3
 
 
 def test_truncated_backprop_flop_rule():

@@ -10,7 +10,8 @@ import torch
 from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
 from loopscale.objectives import METRIC_KEYS, RECIPE_DEFAULTS, device_peak_flops, simulate, train, validate_recipe
 from loopscale.objectives.peak import peak_description
-from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe
+from loopscale.objectives import lr_rules
+from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, trial_lrs
 from loopscale.objectives.train import trial_data
 from loopscale.objectives.trial import model_config
 
@@ -24,9 +25,11 @@ def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("train-cache"))
 
 
-def trial(cache_dir, s, r, budget, **extra):
+def trial(cache_dir, s, r, budget, recipe=None, **extra):
+    """Rates quoted at this batch (ref_batch): the paper's 262,144-token anchor is 64x away."""
     return dict(budget_flops=budget, s=s, r=r, template=TEMPLATE, batch_tokens=BATCH, seed=0,
-                data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=8192, num_threads=1, **extra)
+                data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=8192, num_threads=1,
+                recipe={"ref_batch": BATCH, **(recipe or {})}, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def test_trial_finishes_within_one_step_of_its_budget_and_beats_unigram(small, c
     assert metrics["val_loss"] < unigram - 0.5, (metrics["val_loss"], unigram)
     assert metrics["val_bpb"] == pytest.approx(metrics["val_loss"] / math.log(2))
     assert 0 < metrics["mfu"] < 1 and metrics["tokens_per_s"] > 0 and metrics["wall_s"] > 0
-    assert metrics["lr"] == group_lrs(normalize_recipe({}), 32)["matrices"]
+    assert metrics["lr"] == trial_lrs(config)["matrices"]
     # progress: every log_every steps and at the end, counting steps and tokens
     assert [r["step"] for r in reports] == [1] + list(range(10, metrics["steps"], 10)) + [metrics["steps"]]
     assert all(r["tokens"] == r["step"] * BATCH and math.isfinite(r["train_loss"]) for r in reports)
@@ -107,22 +110,54 @@ def test_schedules():
     assert values[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(values[9:], values[10:]))
 
 
-def test_width_transfer_and_optimizer_groups():
-    recipe = normalize_recipe({"ref_width": 64})
-    at_ref, at_4x = group_lrs(recipe, 64), group_lrs(recipe, 256)
-    assert at_ref["embedding"] == 0.3 and at_4x["embedding"] == pytest.approx(0.15)  # (d / d_ref)^-0.5
-    assert at_4x["lm_head"] == pytest.approx(0.002) and at_4x["norms"] == pytest.approx(0.0025)
-    assert at_4x["matrices"] == at_ref["matrices"]  # Muon's rate is not transferred
-    adamw = normalize_recipe({"optimizer": "adamw", "ref_width": 64, "base_lr": 0.004})
-    assert group_lrs(adamw, 256)["matrices"] == pytest.approx(0.002)
-    assert group_lrs(normalize_recipe({"lr": 0.01}), 256)["matrices"] == 0.01  # given, not derived
+def test_transfer_rules():
+    """PAPER.md's three rules, each checked on its own: batch on every group, data on the matrices, width on
+    the AdamW groups; at the reference point every group runs at its base rate."""
+    ref = LoopedConfig.iso_depth(10, 1, **TEMPLATE)  # the template's s = 10 model: width 160
+    d_ref = lr_rules.reference_tokens(TEMPLATE, 1)
+    recipe = normalize_recipe({"optimizer": "muonh", "ref_batch": BATCH, "ref_width": 160})
+    base = group_lrs(recipe, TEMPLATE, ref, round(d_ref), BATCH)
+    assert base == pytest.approx({"matrices": 0.014, "embedding": 0.3, "lm_head": 0.004, "norms": 0.005,
+                                  "lanes": 0.01})
+    batch = group_lrs(recipe, TEMPLATE, ref, round(d_ref), 4 * BATCH)  # x 4^0.558 on every group
+    assert batch == pytest.approx({k: v * 4 ** 0.558 for k, v in base.items()})
+    data = group_lrs(recipe, TEMPLATE, ref, round(8 * d_ref), BATCH)  # x 8^-0.32 on the matrices only
+    assert data == pytest.approx({**base, "matrices": 0.014 * 8 ** -0.32})
+    wide = LoopedConfig.iso_depth(40, 1, **TEMPLATE)  # x 4^-0.5 on the AdamW groups only
+    width = group_lrs(recipe, TEMPLATE, wide, round(d_ref), BATCH)
+    assert width == pytest.approx({k: v * (0.5 if k != "matrices" else 1) for k, v in base.items()})
+    adamw = normalize_recipe({"optimizer": "adamw", "base_lr": 0.004, "ref_batch": BATCH, "ref_width": 160})
+    assert group_lrs(adamw, TEMPLATE, wide, round(8 * d_ref), BATCH)["matrices"] == pytest.approx(0.002)
+    given = normalize_recipe({"lr": 0.01})
+    assert group_lrs(given, TEMPLATE, wide, 10**6, 64 * BATCH)["matrices"] == 0.01  # given, not derived
 
-    model = LoopedLM(LoopedConfig.iso_depth(2, 2, **TEMPLATE))
-    optimizers = build_optimizers(model, normalize_recipe({}))
-    names = {type(o).__name__ for o in optimizers}
-    assert names == ({"AdamW", "Muon"} if hasattr(torch.optim, "Muon") else {"AdamW"})
-    covered = [p for o in optimizers for g in o.param_groups for p in g["params"]]
-    assert len(covered) == len({id(p) for p in covered}) == len(list(model.parameters()))
+
+def test_reference_models_follow_the_template():
+    """D_ref = 10 x (N_once + r_ref N_rec) of the template's s = 10 model: the plain stack for r = 1, the
+    looped model at r = 4 for r > 1 (the paper's 2 + 4x4 + 2), whatever the trial's own r."""
+    paper = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, vocab_size=32064)
+    assert lr_rules.reference_tokens(paper, 1) == 10 * 20 * (12 * 640**2 + 2 * 640) + 10 * 2 * 640
+    looped = lr_rules.reference_config(paper, 8)
+    assert (looped.n_prelude, looped.n_recur, looped.n_coda, looped.r, looped.injection) == (2, 4, 2, 4, "linear")
+    assert lr_rules.reference_tokens(paper, 2) == lr_rules.reference_tokens(paper, 8) == 1_016_102_400
+    odd = dict(paper, depth=9, prelude=2, coda=1)  # shared depth 6: 4 does not divide it, 3 does
+    assert lr_rules.reference_config(odd, 2).r == 3
+
+
+def test_optimizer_groups():
+    model = LoopedLM(LoopedConfig.iso_depth(2, 2, injection="hyperconnect", **TEMPLATE))
+    for name, kinds in (("muonh", {"AdamW", "MuonH"}), ("adamw", {"AdamW"}),
+                        ("muon", {"AdamW", "Muon"} if hasattr(torch.optim, "Muon") else None)):
+        if kinds is None:
+            continue
+        recipe = normalize_recipe({"optimizer": name})
+        lrs = group_lrs(recipe, TEMPLATE, model.config, 10**6, BATCH)
+        optimizers = build_optimizers(model, lrs, recipe)
+        assert {type(o).__name__ for o in optimizers} == kinds
+        covered = [p for o in optimizers for g in o.param_groups for p in g["params"]]
+        assert len(covered) == len({id(p) for p in covered}) == len(list(model.parameters()))
+        lane_group = next(g for g in optimizers[0].param_groups if g["params"][0] is model.inject.alpha)
+        assert lane_group["lr"] == lrs["lanes"]
 
 
 @pytest.mark.parametrize("recipe, message", [
@@ -130,7 +165,7 @@ def test_width_transfer_and_optimizer_groups():
     ({"learning_rate": 0.1}, "unknown key 'learning_rate'"),
     ({"shedule": "paper"}, "did you mean 'schedule'?"),
     ({"schedule": "cosin"}, "did you mean 'cosine'?"),
-    ({"optimizer": "sgd"}, "choose one of muon, adamw"),
+    ({"optimizer": "sgd"}, "choose one of muonh, muon, adamw"),
     ({"betas": [0.9]}, "recipe.betas must be two numbers"),
     ({"micro_batch": 1.5}, "recipe.micro_batch must be an integer"),
     ({"diverge_factor": 1.0}, "recipe.diverge_factor must be > 1"),
@@ -155,3 +190,15 @@ def test_cpu_peak_is_measured_once():
 def test_flops_per_token_is_the_model_s_own(small):
     config = LoopedConfig.iso_depth(2, 2, **TEMPLATE)
     assert small[0]["flops_per_token"] == flops_per_token(config)
+
+
+def test_paper_grid_matrix_rates_span_papers_range():
+    """PAPER.md: under iso-FLOPs the data rule gives MuonH matrix rates of 0.0072-0.020 across the grid."""
+    grid = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),
+            4.64e18: (10, 12, 14, 16, 18, 20), 1e19: (12, 16, 18, 20, 24), 2.15e19: (18, 24, 28, 34)}
+    template = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, vocab_size=32064, seq_len=2048,
+                    injection="linear")
+    rates = [trial_lrs(dict(budget_flops=c, s=s, r=r, template=template, batch_tokens=262_144,
+                            recipe={"optimizer": "muonh"}))["matrices"]
+             for c, widths in grid.items() for s in widths for r in (1, 2, 4, 8)]
+    assert round(min(rates), 4) == 0.0072 and round(max(rates), 3) == 0.020

@@ -1,0 +1,42 @@
+"""`loopscale plan` prints the learning rates every trial of a training sweep will use."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+
+from loopscale import objectives
+from loopscale.search import SweepSpec
+from loopscale.search.cli import main
+from loopscale.search.plan import render_plan
+
+from test_spec import to_toml
+
+
+def paper_shaped(tmp_path, **recipe):
+    """The paper preset (its template, grid, batch, MuonH recipe) on the embedded text, storing under tmp_path."""
+    raw = tomllib.loads((resources.files("loopscale.search") / "presets" / "paper.toml").read_text())
+    raw.update(data={"source": "kjv"}, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+               storage=str(tmp_path / "tune"), cache_dir=str(tmp_path / "cache"))
+    raw["recipe"].update(recipe)
+    raw["resources"]["gpus"] = 0  # plan times a step on the trial's device; this machine has no CUDA
+    path = tmp_path / "paper.toml"
+    path.write_text(to_toml(raw))
+    return path
+
+
+
+def test_plan_prints_each_trials_rates(tmp_path, capsys):
+    spec = SweepSpec.from_toml(paper_shaped(tmp_path))
+    text = render_plan(spec, None)
+    assert "learning rates: muonh matrices (lr) and AdamW groups" in text and "calibration tunes base_lr" in text
+    expected = [objectives.trial_lrs(spec.trial_config(cell, s)) for cell in spec.cells() for s in cell.widths]
+    header = next(line for line in text.splitlines() if "lr_emb" in line)
+    assert header.split()[-4:] == ["lr", "lr_emb", "lr_head", "lr_norm"]
+    for line, lrs in zip([ln for ln in text.splitlines() if ln.startswith("  ") and "width" not in ln], expected):
+        assert line.split()[-4:] == [f"{lrs[g]:.3g}" for g in ("matrices", "embedding", "lm_head", "norms")]
+    matrix = [lrs["matrices"] for lrs in expected]
+    assert 0.006 < min(matrix) < 0.01 and 0.018 < max(matrix) < 0.03  # the data rule across the grid
+    assert main(["plan", str(paper_shaped(tmp_path, base_lr=0.028))]) == 0
+    out = capsys.readouterr().out
+    assert "base_lr 0.028" in out and "lr_head" in out
