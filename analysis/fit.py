@@ -258,6 +258,37 @@ def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIO
                       main.stop[best])
 
 
+def refit(data: FitData, previous: np.ndarray | None, *, n_starts: int = 4, seed: int = 0, max_iter: int = 300,
+          options: FitOptions = DEFAULT_FIT_OPTIONS) -> tuple[np.ndarray, float]:
+    """A cheap refit for a search that refits after every trial: (theta in THETA order, objective).
+
+    Warm start: the previous optimum (None before the first fit) plus ``n_starts`` seeded random starts in
+    the bounds, all in one ``minimize_batch`` call with pruning, and no bootstrap and no polish. One more run
+    moves the optimum a little, so the previous optimum is usually where the best end lies; the random
+    starts let the fit leave it when the new data have moved the optimum to another basin. (The full fit,
+    ``fit_joint_law``, is what analysis reports.) ``max_iter`` bounds the iterations per start, and so the
+    time of a refit.
+    """
+    lower, upper = options.bounds.arrays()
+    if options.fix_phi is not None:
+        lower[5] = upper[5] = options.fix_phi
+    rng = np.random.default_rng(seed)
+    starts = lower + (upper - lower) * rng.random((n_starts, len(THETA)))
+    if previous is not None:
+        starts = np.vstack([np.clip(previous, lower, upper), starts])
+    ones = np.ones((1, data.r.size))
+    result = minimize_batch(lambda x, rows: objective(x, data, np.broadcast_to(ones, (len(rows), data.r.size)),
+                                                       options.delta),
+                            starts, lower, upper, max_iter=max_iter, prune_after=50)
+    best = int(np.argmin(result.f))
+    return result.x[best], float(result.f[best])
+
+
+def law_of(theta: np.ndarray) -> JointLaw:
+    """The JointLaw of a theta (a, alpha, b, beta, e, phi)."""
+    return JointLaw(**dict(zip(CONSTANTS, map(float, _constants(np.asarray(theta)[None])[0]))))
+
+
 def with_overrides(options: FitOptions, overrides: dict[str, Any]) -> FitOptions:
     """``options`` with some fields replaced; an unknown field is a ValueError."""
     try:

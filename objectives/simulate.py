@@ -1,11 +1,11 @@
-"""The simulated trial: the joint law evaluated on a trial's exact N_once, N_rec and D, plus seeded noise.
+"""The simulated trial: the joint law evaluated on a trial's exact N_once, N_rec and D, plus seeded deviations.
 
 It returns at once with the same metric keys as a training trial, so a user can replay the paper's 116-run
 study, plan a sweep before paying for it, and test the search and the analysis against a known truth.
 
-Noise: log L_obs = log L + (noise / L) * z, z ~ N(0, 1), i.e. about ``noise`` nats of spread (the paper's
-residuals are ~0.01 nats). z is drawn from a generator seeded by (seed, C, r, width), so the same trial
-always gives the same loss: a resumed or repeated sweep reproduces an uninterrupted one exactly.
+Deviations from the law (``objectives.noise``): independent noise per trial (``noise``), a per-cell offset
+(``cell_noise``) and a smooth per-cell curve in log width (``misspec``), all in nats and all seeded, so the
+same trial always gives the same loss: a resumed or repeated sweep reproduces an uninterrupted one exactly.
 
 Testing aids (optional trial-config keys, set from the spec's ``[simulate]`` table; see search/spec.py). They
 exist to exercise the search machinery (scheduling, crashes, retries, concurrent logging) with real processes
@@ -29,30 +29,29 @@ and no mocks; they never change the loss of a trial that completes:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import random
 import signal
 import time
 from typing import Any
 
 from loopscale.model import PAPER_LAW, JointLaw
 
+from .noise import Noise
 from .trial import accounting_metrics, model_config
 
-DEFAULT_NOISE = 0.01
 FAULTS = ("raise", "nan", "sigkill", "exit")
 FAULT_ONCE = "-once"
 RENDEZVOUS_TIMEOUT_S = 300.0
 
 
 def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
-    """Loss of the trial under ``trial_config["law"]`` (default: the paper's fit) with seeded noise."""
+    """Loss of the trial under ``trial_config["law"]`` (default: the paper's fit) with seeded deviations
+    (trial-config keys ``noise``, ``cell_noise``, ``misspec``; defaults ``objectives.noise.Noise()``)."""
     config = model_config(trial_config)
     law = JointLaw(**trial_config["law"]) if trial_config.get("law") else PAPER_LAW
-    noise = float(trial_config.get("noise", DEFAULT_NOISE))
+    noise = Noise(**{k: float(trial_config[k]) for k in ("noise", "cell_noise", "misspec") if k in trial_config})
     metrics = accounting_metrics(config, trial_config["budget_flops"], int(trial_config["batch_tokens"]))
     if metrics["tokens"] == 0:
         raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step at width "
@@ -62,9 +61,8 @@ def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
     fault = _fault(trial_config, earlier)
     time.sleep(float(trial_config.get("delay_s", 0.0)))
     clean = law.loss(metrics["N_once"], metrics["N_rec"], config.r, metrics["tokens"])
-    key = f"{trial_config.get('seed', 0)}|{float(trial_config['budget_flops']):.6e}|{config.r}|{config.width}"
-    z = random.Random(hashlib.sha256(key.encode()).digest()).gauss(0.0, 1.0)
-    loss = math.exp(math.log(clean) + (noise / clean) * z) if fault != "nan" else float("nan")
+    loss = noise.observe(clean, seed=int(trial_config.get("seed", 0)), budget=float(trial_config["budget_flops"]),
+                         r=config.r, width=config.width) if fault != "nan" else float("nan")
     nan = float("nan")
     _journal(trial_config, "end")
     return {**metrics, "val_loss": loss, "val_bpb": nan, "train_loss": loss, "s": float(trial_config["s"]),

@@ -110,7 +110,8 @@ def trial_config(spec: SweepSpec, cell: Cell, s: float, recipe: dict[str, Any] |
         "batch_tokens": spec.batch_tokens, "seed": spec.seed, "objective": objective,
     }
     if objective == "simulate":
-        config.update(noise=spec.noise, **({"law": dict(spec.law)} if spec.law else {}))
+        config.update(noise=spec.noise, cell_noise=spec.cell_noise, misspec=spec.misspec,
+                      **({"law": dict(spec.law)} if spec.law else {}))
         prefix = f"{cell.key}/s="
         faults = {k.removeprefix(prefix): v for k, v in (spec.faults or {}).items() if k.startswith(prefix)}
         aids = {"delay_s": spec.delay_s, "journal": spec.journal, "rendezvous": spec.rendezvous, "faults": faults}

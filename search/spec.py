@@ -15,7 +15,8 @@ Layout (every key optional unless marked)::
     batch_tokens = 4096              # tokens per optimizer step
     val_tokens = 65536               # held-out tokens, the same for every trial (train)
     trials_per_cell = 5
-    sampler = "gp"                   # "gp" | "tpe" | "grid" | "random"
+    sampler = "gp"                   # "law" (search/law_sampler.py; the presets') | "gp" | "tpe" | "grid" | "random"
+    tolerance = 0.1                  # law sampler: a cell stops once its optimum is located this well (log width)
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -26,7 +27,8 @@ Layout (every key optional unless marked)::
     [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k lanes
                   # vocab_size (injection: linear | additive | none | hyperconnect, with lanes = K)
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
-    [simulate]    # noise (nats, default 0.01), law = {E, A, alpha, B, beta, phi} (default: the paper's fit);
+    [simulate]    # noise, cell_noise, misspec (nats; defaults objectives.noise.Noise), law = {E, A, alpha, B, beta,
+                  # phi} (default: the paper's fit);
                   # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl", rendezvous = N,
                   # faults = {"C=1e+12,r=1/s=4" = "raise" | "nan" | "sigkill" | "exit", optionally "...-once"}
     [data]        # objectives' data source and tokenizer (train)
@@ -51,6 +53,7 @@ from typing import Any
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
 from loopscale.model import INJECTIONS, JointLaw, LoopedConfig
+from loopscale.objectives.noise import Noise
 from loopscale.objectives.simulate import FAULT_ONCE, FAULTS
 
 from . import space
@@ -58,10 +61,10 @@ from .space import STAGES, Calibration, Cell
 from .toml_table import Table, require
 
 OBJECTIVES = ("train", "simulate")
-SAMPLERS = ("gp", "tpe", "grid", "random")
+SAMPLERS = ("law", "gp", "tpe", "grid", "random")
 PRESET_NAMES = ("smoke", "demo", "paper")
 TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size")
-DEFAULT_NOISE = 0.01
+DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a cell's optimum
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 
@@ -104,6 +107,9 @@ class SweepSpec:
     journal: str | None = None
     rendezvous: int = 0
     faults: dict[str, str] | None = None
+    cell_noise: float = Noise().cell_noise
+    misspec: float = Noise().misspec
+    tolerance: float = DEFAULT_TOLERANCE
 
     # ---- reading -------------------------------------------------------------------------------------
     @classmethod
@@ -164,7 +170,8 @@ class SweepSpec:
                      f"[widths] tokens_per_param must be [low, high] with 0 < low < high, got {tpp}")
             tpp = (float(tpp[0]), float(tpp[1]))
 
-        sim = Table(t.table("simulate"), "[simulate]", ("noise", "law", "delay_s", "journal", "rendezvous",
+        sim = Table(t.table("simulate"), "[simulate]", ("noise", "cell_noise", "misspec", "law", "delay_s", "journal",
+                                                        "rendezvous",
                                                                 "faults"))
         delay_s = sim.number("delay_s", default=0.0)
         require(0 <= delay_s < math.inf, f"[simulate] delay_s must be >= 0 seconds, got {delay_s}")
@@ -173,8 +180,11 @@ class SweepSpec:
         require(rendezvous >= 0, f"[simulate] rendezvous must be >= 0 trials, got {rendezvous}")
         require(rendezvous <= 1 or journal is not None, "[simulate] rendezvous needs [simulate] journal to count "
                  "the trials that started")
-        noise = sim.number("noise", default=DEFAULT_NOISE)
-        require(noise >= 0, f"[simulate] noise must be >= 0 nats, got {noise}")
+        sizes = {k: sim.number(k, default=getattr(Noise(), k)) for k in ("noise", "cell_noise", "misspec")}
+        for k, v in sizes.items():
+            require(v >= 0, f"[simulate] {k} must be >= 0 nats, got {v}")
+        tolerance = t.number("tolerance", default=DEFAULT_TOLERANCE)
+        require(tolerance > 0, f"tolerance must be > 0 (log width), got {tolerance}")
         law = sim.table("law") or None
         if law is not None:
             try:
@@ -201,7 +211,8 @@ class SweepSpec:
             sampler=t.choice("sampler", SAMPLERS, "gp"), seed=t.int("seed", default=0),
             min_steps=t.int("min_steps", default=10),
             first_guess_tokens_per_param=float(t.number("first_guess_tokens_per_param", default=20)),
-            noise=float(noise), law=law, data=data, recipe=recipe, calibrate=None,
+            noise=float(sizes["noise"]), cell_noise=float(sizes["cell_noise"]), misspec=float(sizes["misspec"]),
+            tolerance=float(tolerance), law=law, data=data, recipe=recipe, calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), max_concurrent=max_concurrent,
             retries=retries,
             tracking_uri=resolve_tracking_uri(t.str("tracking_uri")),  # the flag, if any, is already in raw
@@ -314,7 +325,7 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
+    "trials_per_cell", "sampler", "tolerance", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
 _ISO_DEFAULTS = {"head_dim": 128, "width_unit": 64, "vocab_size": 32064}

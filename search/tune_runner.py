@@ -38,6 +38,7 @@ from loopscale import objectives
 from loopscale.analysis.store import redact
 from loopscale.objectives import METRIC_KEYS
 
+from .law_sampler import CellGeometry, LawSampler, LawSurrogate
 from .progress import Progress
 from .spec import Cell, SweepSpec
 from .tracking import TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep
@@ -65,8 +66,10 @@ def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
     """The seeded Optuna sampler of one cell. GP and TPE start modelling after ``N_STARTUP`` trials (TPE's
     default of 10 would leave a 5-trial study random). A grid is enqueued up front (``CellStudy``), so its
     sampler only ever replays the queue; Optuna's GridSampler is not used as it stops the study from inside
-    ``tell``, which ask-and-tell does not allow."""
-    if kind == "gp":
+    ``tell``, which ask-and-tell does not allow. The law sampler (``law_sampler``) is shared across a stage's
+    cells and made by ``make_studies``; a learning rate (the calibration stage) has no law, so "law" means GP
+    there."""
+    if kind in ("gp", "law"):
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=N_STARTUP)
     if kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP)
@@ -95,8 +98,9 @@ class CellStudy:
     replaced by the untried width nearest to it (in log width). Plain data plus an in-memory study: picklable.
     """
 
-    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any]):
+    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any], surrogate: LawSurrogate | None = None):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
+        self.budget, self.surrogate = cell.budget, surrogate
         if cell.stage == "calibrate":
             cal = spec.calibrate
             self.space = functools.partial(lr_space, low=cal.low, high=cal.high)
@@ -112,11 +116,17 @@ class CellStudy:
             grid = [{"heads": self.heads[round(i)]} for i in _spread(len(self.heads), cell.n_trials)]
             guess = [{"heads": round(cell.first_guess * spec.width_unit / spec.head_dim)}]
         seed = cell_seed(spec.seed, cell.stage, cell.key)
-        self.study = optuna.create_study(direction="minimize", sampler=make_sampler(spec.sampler, seed))
-        # the grid is the queue itself; GP and TPE start from a first guess; random search stays random
-        for point in {"grid": grid, "random": []}.get(spec.sampler, guess):
+        sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampler, seed)
+        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        # the grid is the queue itself; GP and TPE start from a first guess; random search stays random; the law
+        # sampler makes its own first guess
+        for point in {"grid": grid, "random": []}.get(spec.sampler if surrogate is None else "random", guess):
             self.study.enqueue_trial(point)
         self.asked = 0
+
+    def open(self) -> bool:
+        """Whether the cell takes another trial: under its cap and, with the law sampler, not yet located."""
+        return self.asked < self.n_trials and (self.surrogate is None or self.surrogate.status(self.key) == "open")
 
     def ask(self) -> tuple[int, dict[str, Any]]:
         """(Optuna trial number, trial config) of the next proposal."""
@@ -157,6 +167,18 @@ class CellStudy:
         return min(untried, key=lambda h: (abs(math.log(h / heads)), h))
 
 
+def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
+                 cells: list[Cell] | None = None) -> list[CellStudy]:
+    """The studies of a stage's cells (``cells``: instead of the spec's, e.g. with other trial counts); with the
+    law sampler, every search cell shares one ``LawSurrogate``."""
+    cells = spec.cells(stage) if cells is None else cells
+    surrogate = None
+    if spec.sampler == "law" and stage == "search":
+        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.seed,
+                                 tolerance=spec.tolerance)
+    return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate) for c in cells]
+
+
 def _spread(n: int, k: int) -> list[float]:
     """k indices spread evenly over 0..n-1 (the grid sampler's widths in a cell)."""
     return [0.0] if k == 1 else [i * (n - 1) / (k - 1) for i in range(k)]
@@ -165,8 +187,11 @@ def _spread(n: int, k: int) -> list[float]:
 class CellSearcher(Searcher):
     """One Tune searcher over every cell of a stage, dispatching to the cells' Optuna studies.
 
-    Each free slot goes to the open cell with the fewest running, then fewest started trials, so all cells
-    advance side by side and each study sees its earlier results. Tune's config of a trial is
+    Each free slot goes to the open cell with the fewest running trials, then the smallest budget (the cheapest:
+    with the law sampler, large budgets are then proposed by a law fitted on the small ones), then the fewest
+    started trials, so all cells advance side by side and each study sees its earlier results. A cell that is
+    not open now (located, or at its cap) may reopen when a running trial of it finishes with a result that
+    unsettles it, so the searcher waits for running trials before it declares the stage finished. Tune's config of a trial is
     ``{"trial": <trial config>, "meta": {stage, cell, searched, trial_key}}`` (``searched``: the dotted config key
     the study chose); the key ``<stage>/<cell>/<n>`` numbers the
     cell's proposals, so it survives a restore together with the searcher's pickled state.
@@ -181,10 +206,10 @@ class CellSearcher(Searcher):
         return True
 
     def suggest(self, trial_id: str) -> dict | None:
-        open_cells = [k for k, s in self._studies.items() if s.asked < s.n_trials]
+        open_cells = [k for k, s in self._studies.items() if s.open()]
         if not open_cells:
-            return Searcher.FINISHED
-        key = min(open_cells, key=lambda k: (len(self._running[k]), self._studies[k].asked))
+            return None if any(self._running.values()) else Searcher.FINISHED
+        key = min(open_cells, key=lambda k: (len(self._running[k]), self._studies[k].budget, self._studies[k].asked))
         study = self._studies[key]
         number, trial = study.ask()
         self._running[key][trial_id] = number
@@ -471,7 +496,7 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
         discard_stage_runs(spec, parent, stage)  # runs of an attempt killed before Tune saved any state
-        searcher = CellSearcher([CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe)) for c in cells])
+        searcher = CellSearcher(make_studies(spec, stage, recipe))
         tracker = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name, tags=tags)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.calibrate.param if stage == "calibrate" else "s")

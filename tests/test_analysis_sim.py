@@ -28,7 +28,8 @@ def trial_configs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0,
                   grid: dict[float, tuple[int, ...]] = PAPER_GRID,
                   recurrences: tuple[int, ...] = RECURRENCES) -> list[dict[str, Any]]:
     return [{"budget_flops": c, "r": r, "s": float(s), "template": dict(TEMPLATE), "batch_tokens": BATCH,
-             "seed": seed, "objective": "simulate", "law": law.to_dict(), "noise": noise}
+             "seed": seed, "objective": "simulate", "law": law.to_dict(), "noise": noise,
+             "cell_noise": 0.0, "misspec": 0.0}  # independent noise only: these tests know its size exactly
             for c, widths in grid.items() for r in recurrences for s in widths]
 
 

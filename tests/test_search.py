@@ -113,7 +113,8 @@ def test_failing_trials_are_retried_logged_and_do_not_stop_the_sweep(tmp_path):
     # A law whose loss turns negative for large models: those simulated trials raise (log of a negative loss).
     law = {**PAPER_LAW.to_dict(), "E": -8.5}
     spec = SweepSpec.from_toml(write_spec(tmp_path, budgets=[1e13], recurrences=[1, 2], trials_per_cell=3,
-                                          sampler="grid", simulate={"law": law, "noise": 0.0},
+                                          sampler="grid", simulate={"law": law, "noise": 0.0, "cell_noise": 0.0,
+                                                                           "misspec": 0.0},
                                           resources={"retries": 1}))
     run_search(spec)
     runs = trial_runs(spec)

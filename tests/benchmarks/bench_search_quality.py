@@ -1,29 +1,32 @@
 """Search quality on the simulated replay of the paper's study (run on demand; prints figures, asserts nothing).
 
-    python tests/benchmarks/bench_search_quality.py [--seeds 8] [--noise 0.01]
+    python tests/benchmarks/bench_search_quality.py [--seeds 20] [--workers 4] [--methods law,gp,...]
 
-For every (C, r) cell of the ``paper`` preset the noise-free law (the paper's fit, objectives.simulate with
-noise 0) gives the true optimal width s* over every width the preset allows. Each method then gets exactly as
-many simulated trials per cell as the paper's fixed grid used at that budget (4-6), with seeded noise of
-``--noise`` nats on every loss:
+The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
+independent noise, a per-cell offset and a smooth per-cell deviation in log width). Every method runs
+through the code a sweep runs: ``tune_runner.make_studies`` and ``CellSearcher`` (suggest / on_trial_complete,
+as Tune calls them), on ``--workers`` simulated slots where a trial takes time proportional to its budget, so
+the cost-aware order and the early stops act as in a sweep. Methods:
 
-* ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight of where optima lie);
-* ``random``: uniform random widths (log scale) in the cell's window, without replacement;
-* ``tpe`` / ``gp``: loopscale's per-cell Optuna study (``search.tune_runner.CellStudy``, exactly what a sweep
-  runs: first guess at ~20 tokens per parameter, widths without replacement), driven ask/tell without Ray.
+* ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight), every cell;
+* ``random`` / ``tpe`` / ``gp``: the per-cell Optuna studies, as many trials per cell as the paper grid used at
+  that budget (4-6);
+* ``law``: the preset as shipped (sampler "law", ``trials_per_cell`` a cap, ``tolerance``).
 
-A cell's best width is read two ways: the width of the lowest observed loss, and the paper's per-cell method,
-a parabola in log N through the cell's trials (vertex clipped to the tried range, the nearest allowed width).
-Reported: the share of cells whose best width is within one step of the paper's grid of s* (the grid's local
-spacing around s*: 2 at the four lower budgets, 2-6 above), the share within +-2 (one width step of the
-template), and the regret, the noise-free loss at the chosen width minus the true optimum (in millinats).
-Every seed changes both the noise draws and the samplers' seeds.
+Each seed changes the noise draws (offsets and curves included) and the samplers' seeds. The runs of a
+method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
+over cells) and the per-cell parabolas (``cell_optima``). Reported per method: phi's RMSE against the law's
+0.459 and how often the 95% interval covers it; the share of cells with an interior optimum; the share whose
+optimum (the parabola's width, else the best run's) is within one step of the paper's grid of the true
+optimum (noise-free loss with the cell's offset and curve); the mean regret at that width (millinats);
+trials; and the total FLOPs spent relative to the paper grid's (computed here by model.accounting).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import math
 import statistics
 import sys
@@ -33,57 +36,57 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from loopscale.model import count_params  # noqa: E402
+from loopscale.analysis import cell_optima, fit_joint_law  # noqa: E402
+from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.spec import Cell  # noqa: E402
-from loopscale.search.tune_runner import CellStudy  # noqa: E402
+from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
 
 PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
               4.64e18: [10, 12, 14, 16, 18, 20], 1e19: [12, 16, 18, 20, 24], 2.15e19: [18, 24, 28, 34]}
-METHODS = ("paper grid", "random", "tpe", "gp")
+METHODS = ("paper grid", "random", "tpe", "gp", "law")
 
 
-def loss(spec: SweepSpec, cell: Cell, s: float, noise: float) -> float:
-    return simulate({**spec.trial_config(cell, s), "noise": noise})["val_loss"]
+def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
+    return {**simulate(spec.trial_config(cell, s)), "stage": "search"}
 
 
 def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
-    """(s*, L*) of the noise-free law over every width with at least min_steps optimizer steps."""
-    allowed = dataclasses.replace(spec, tokens_per_param=None)._cell(cell.budget, cell.r).widths
-    return min(((s, loss(spec, cell, s, 0.0)) for s in allowed), key=lambda t: t[1])
+    """(s*, L*) without the per-trial noise (the cell's offset and curve stay) over every allowed width."""
+    quiet = dataclasses.replace(spec, noise=0.0, tokens_per_param=None)
+    allowed = quiet._cell(cell.budget, cell.r).widths
+    return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
 
-def observe(method: str, spec: SweepSpec, cell: Cell, n: int, noise: float) -> list[tuple[float, float]]:
+def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
+    """The runs of one method: CellSearcher on ``workers`` slots, a trial lasting its budget / 1e17 time units."""
+    cells = spec.cells()
     if method == "paper grid":
-        return [(s, loss(spec, cell, s, noise)) for s in PAPER_GRID[cell.budget]]
-    sampler = {"tpe": "tpe", "gp": "gp", "random": "random"}[method]
-    study = CellStudy(dataclasses.replace(spec, sampler=sampler), dataclasses.replace(cell, n_trials=n),
-                      spec.trial_config(cell, cell.first_guess))
-    points = []
-    for _ in range(n):
-        number, config = study.ask()
-        value = simulate({**config, "noise": noise})["val_loss"]
-        study.tell(number, value)
-        points.append((config["s"], value))
-    return points
-
-
-def best_width(spec: SweepSpec, cell: Cell, points: list[tuple[float, float]], how: str) -> float:
-    s, y = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-    lowest = float(s[np.argmin(y)])
-    if how == "lowest" or len(set(s)) < 3:
-        return lowest
-    log_n = lambda w: math.log(count_params(spec.model(w, cell.r)).N)  # noqa: E731
-    x = np.array([log_n(w) for w in s])
-    a, b, _ = np.polyfit(x, y, 2)
-    if a <= 0:
-        return lowest
-    vertex = min(max(-b / (2 * a), x.min()), x.max())
-    return min(spec.s_values(), key=lambda w: abs(log_n(w) - vertex))
+        return pd.DataFrame([run(spec, c, s) for c in cells for s in PAPER_GRID[c.budget]])
+    if method != "law":
+        spec = dataclasses.replace(spec, sampler=method)
+        # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
+        cells = [dataclasses.replace(c, n_trials=min(len(PAPER_GRID[c.budget]), len(c.widths))) for c in cells]
+    searcher = CellSearcher(make_studies(spec, "search", None, cells))
+    clock, running, rows, n = 0.0, [], [], 0
+    while True:
+        while len(running) < workers:
+            config = searcher.suggest(str(n))
+            if config is None or config == CellSearcher.FINISHED:
+                break
+            heapq.heappush(running, (clock + config["trial"]["budget_flops"] / 1e17, n, config))
+            n += 1
+        if not running:
+            return pd.DataFrame(rows)
+        clock, trial_id, config = heapq.heappop(running)
+        result = {**simulate(config["trial"]), "stage": "search"}
+        searcher.on_trial_complete(str(trial_id), result)
+        rows.append(result)
 
 
 def grid_step(budget: float, s_true: float) -> float:
@@ -93,43 +96,54 @@ def grid_step(budget: float, s_true: float) -> float:
     return max(inside) if inside else (g[1] - g[0] if s_true < g[0] else g[-1] - g[-2])
 
 
+def grid_flops(spec: SweepSpec) -> float:
+    """FLOPs the paper's 116-run grid spends on these cells (model.accounting, through the simulated trial)."""
+    return sum(run(spec, c, s)["flops_spent"] for c in spec.cells() for s in PAPER_GRID[c.budget])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--noise", type=float, default=0.01)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:  # the spec's tracking check needs a writable place, never used
         base = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
-    cells = base.cells()
-    truths = {c.key: truth(base, c) for c in cells}
-    print(f"paper replay: {len(cells)} cells, noise {args.noise} nats, {args.seeds} seeds, "
-          f"trials per cell = the paper grid's count at that budget ({sum(len(PAPER_GRID[c.budget]) for c in cells)}"
-          f" per seed); true s*: " + ", ".join(f"{k} {v[0]:g}" for k, v in truths.items()))
-    print(f"{'method':<11} {'read as':<9} {'<=1 grid step':>13} {'<=2 in s':>9} {'regret mean':>11} "
-          f"{'p90':>6} {'max':>6}  (millinats)  time")
-    for method in METHODS:
+    reference = grid_flops(base)
+    print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
+          f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
+          f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width)")
+    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'<=1 step':>8} {'regret':>7} "
+          f"{'trials':>6} {'FLOPs/grid':>10}  time")
+    for method in args.methods.split(","):
         started = time.perf_counter()
-        hits = {how: [0, 0] for how in ("lowest", "parabola")}
-        regrets = {how: [] for how in hits}
+        phis, covers, interior, hits, regret, trials, flops = [], [], [], [], [], [], []
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed)
-            for cell in cells:
-                n = min(len(PAPER_GRID[cell.budget]), len(cell.widths))
-                points = observe(method, spec, cell, n, args.noise)
-                s_true, l_true = truths[cell.key]
-                for how in hits:
-                    s = best_width(spec, cell, points, how)
-                    hits[how][0] += abs(s - s_true) <= grid_step(cell.budget, s_true) + 1e-9
-                    hits[how][1] += abs(s - s_true) <= 2 + 1e-9
-                    regrets[how].append(1000 * (loss(spec, cell, s, 0.0) - l_true))
-        elapsed = time.perf_counter() - started
-        total = args.seeds * len(cells)
-        for how in hits:
-            r = sorted(regrets[how])
-            print(f"{method:<11} {how:<9} {hits[how][0] / total:>13.1%} {hits[how][1] / total:>9.1%} "
-                  f"{statistics.fmean(r):>11.2f} {r[int(0.9 * len(r))]:>6.2f} {r[-1]:>6.2f}  "
-                  f"{'' if how == 'parabola' else f'{elapsed:.0f} s'}")
+            runs = sweep(method, spec, args.workers).assign(status="ok")
+            fit = fit_joint_law(runs, n_starts=args.starts)
+            phis.append(fit.phi)
+            covers.append(fit.phi_ci[0] <= PAPER_LAW.phi <= fit.phi_ci[1])
+            optima = cell_optima(runs, n_bootstrap=0).table.set_index(["budget_flops", "r"])
+            for cell in spec.cells():
+                s_true, l_true = truth(spec, cell)
+                row = optima.loc[(cell.budget, cell.r)]
+                ok = row["status"] == "ok"
+                interior.append(ok)
+                own = runs[(runs["budget_flops"] == cell.budget) & (runs["r"] == cell.r)]
+                s = (row["width_opt"] / spec.width_unit) if ok else float(own.loc[own["val_loss"].idxmin(), "s"])
+                s = min(cell.widths, key=lambda w: abs(math.log(w / s)))
+                hits.append(abs(s - s_true) <= grid_step(cell.budget, s_true) + 1e-9)
+                quiet = dataclasses.replace(spec, noise=0.0)
+                regret.append(1000 * (run(quiet, cell, s)["val_loss"] - l_true))
+            trials.append(len(runs))
+            flops.append(runs["flops_spent"].sum() / reference)
+        rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
+        print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(hits):>8.1%} "
+              f"{statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} {statistics.fmean(flops):>10.0%}  "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

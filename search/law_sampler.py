@@ -1,0 +1,301 @@
+"""The ``law`` sampler: one joint law, fitted to the finished trials of EVERY cell, proposes each cell's widths.
+
+Every cell of a sweep measures the same law (Schwethelm et al. 2026, Eq. 2)::
+
+    L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta
+
+so once the cheap budgets have run, the law fitted to them already predicts where the expensive cells'
+optima lie. ``LawSurrogate`` holds the finished trials of all cells and refits the law after each one with
+analysis' own fitter, warm-started (``analysis.fit.refit``: the previous optimum plus a few random starts);
+every cell's ``LawSampler`` (an Optuna sampler) asks it for the cell's next width:
+
+1. nothing measured in the cell: the width the law predicts optimal (before any fit is possible, the
+   tokens-per-parameter first guess of the spec);
+2. the best width so far lacks a tried neighbour on one side (and is not the cell's edge): a width on that
+   side, at least ``sigma`` (the surrogate's uncertainty of the optimum, in log width) away and far enough
+   that the law predicts a rise of ``RISE`` times the fit's residual noise there, so that the cell's parabola
+   (analysis.isoflop) is not drowned by noise; the side toward the law's optimum goes first;
+3. the best width is an edge of the cell's widths: the width next to it (is the cell bound-limited?);
+4. bracketed, but the cell's parabola in log N has no interior minimum, or locates it less precisely than
+   ``tolerance`` (standard error of the vertex, in log width, with the fit's noise): the untried width inside
+   the bracket nearest to the vertex (or to the best run), else the nearest outside it.
+
+A cell is finished (``status``) when its best trial has a tried neighbour on each side, its parabola has an
+interior minimum and the vertex is located within ``tolerance`` ("located"); when its best trial is an edge of
+the cell's widths and beats the width next to it ("edge": bound-limited); or when it has tried every width.
+``trials_per_cell`` stays a cap.
+
+Uncertainty: the Gauss-Newton covariance of the fitted parameters, s^2 (J^T J)^+ with J the Jacobian of the
+predicted log-loss and s^2 the residual variance; ``DRAWS`` seeded draws from it give a spread of each
+cell's predicted optimal width (their standard deviation in log width is ``sigma``). Before the first fit
+and when the fit is poorly determined, ``sigma`` is large and the brackets wide.
+
+State is plain data (numpy arrays and dicts), pickled with the Tune searcher that holds the cells' studies,
+so a restored sweep continues with the same surrogate. Every draw is seeded by the spec's seed and the
+number of fits so far: the same results in the same order give the same proposals.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from loopscale.analysis.fit import DEFAULT_BOUNDS, THETA, FitData, refit
+from loopscale.model import count_params, tokens_for_budget
+
+from .spec import Cell, SweepSpec
+
+MIN_RUNS = 8            # runs before the law is fitted (6 parameters, a few degrees of freedom to spare)
+RISE = 2.0              # a bracketing width should lose this many noise sds against the optimum (law's prediction)
+PRIOR_SIGMA = 0.25      # log width: the spread of the optimum before any fit (the first guess is a rule of thumb)
+MAX_SPACING = 0.4       # log width: a bracketing width is never placed farther than this from the best run
+NOISE_FLOOR = 1e-3      # nats: the fit's residual noise is never taken as smaller (a perfect fit of few runs)
+DRAWS = 64              # parameter draws for the spread of each cell's optimum
+REFIT_STARTS = 4        # random starts besides the previous optimum per refit
+COLD_STARTS = 32        # random starts of the first fit
+MAX_ITER = 300          # quasi-Newton iterations per start (a warm start converges in far fewer)
+
+
+@dataclass(frozen=True)
+class CellGeometry:
+    """What the surrogate needs of a cell: its widths (as head counts) and each width's sizes and tokens."""
+
+    key: str
+    budget: float
+    r: int
+    heads: tuple[int, ...]
+    log_s: np.ndarray       # log of the width multiplier s of each head count
+    n_once: np.ndarray
+    n_rec: np.ndarray
+    tokens: np.ndarray
+    first_guess: int        # heads of the tokens-per-parameter first guess
+
+    @classmethod
+    def of(cls, spec: SweepSpec, cell: Cell) -> "CellGeometry":
+        sizes = [count_params(spec.model(s, cell.r)) for s in cell.widths]
+        tokens = [tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) for s in cell.widths]
+        heads = tuple(round(s * spec.width_unit / spec.head_dim) for s in cell.widths)
+        return cls(cell.key, cell.budget, cell.r, heads, np.log(np.array(cell.widths, float)),
+                   np.array([p.N_once for p in sizes], float), np.array([p.N_rec for p in sizes], float),
+                   np.array(tokens, float), round(cell.first_guess * spec.width_unit / spec.head_dim))
+
+    def index(self, heads: int) -> int:
+        return self.heads.index(heads)
+
+    @property
+    def log_n(self) -> np.ndarray:
+        return np.log(self.n_once + self.n_rec)
+
+
+class LawSurrogate:
+    """The finished trials of every cell and the joint law fitted to them (see the module docstring)."""
+
+    def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float):
+        self.cells = {c.key: c for c in cells}
+        self.seed, self.tolerance = seed, tolerance
+        self.results: dict[str, dict[int, float]] = {c.key: {} for c in cells}  # cell -> heads -> loss
+        self.failed: dict[str, set[int]] = {c.key: set() for c in cells}
+        self.closed: dict[str, str] = {}  # cell -> why it stopped; final, though a later refit may move the noise
+        self.theta: np.ndarray | None = None
+        self.noise = NOISE_FLOOR
+        self.fits = 0
+        self.optimum: dict[str, int] = {}      # cell -> heads the law predicts optimal
+        self.sigma: dict[str, float] = {}      # cell -> spread of that optimum, log width
+        self.predicted: dict[str, np.ndarray] = {}  # cell -> predicted loss at every width
+
+    # ---- data -------------------------------------------------------------------------------------------
+    def add(self, key: str, heads: int, loss: float | None) -> None:
+        """A trial of cell ``key`` at ``heads`` finished with ``loss`` (None: failed or diverged); refit."""
+        if loss is None or not math.isfinite(loss):
+            self.failed[key].add(heads)
+            return
+        self.results[key][heads] = float(loss)
+        self._refit()
+
+    def _refit(self) -> None:
+        rows = [(self.cells[k], h, v) for k, done in self.results.items() for h, v in done.items()]
+        if len(rows) < MIN_RUNS or len({g.r for g, _, _ in rows}) < 2:
+            return
+        index = {k: i for i, k in enumerate(self.cells)}
+        at = [(g, g.index(h), v) for g, h, v in rows]
+        data = FitData(r=np.array([g.r for g, _, _ in at], float),
+                       n_once=np.array([g.n_once[i] for g, i, _ in at]), n_rec=np.array([g.n_rec[i] for g, i, _ in at]),
+                       log_d=np.log([g.tokens[i] for g, i, _ in at]), log_l=np.log([v for _, _, v in at]),
+                       cell=np.array([index[g.key] for g, _, _ in at]))
+        starts = REFIT_STARTS if self.theta is not None else COLD_STARTS
+        self.theta, _ = refit(data, self.theta, n_starts=starts, seed=self.seed + self.fits, max_iter=MAX_ITER)
+        self.fits += 1
+        predicted = _log_loss(self.theta[None], data.r, data.n_once, data.n_rec, data.log_d)[0]
+        residual = np.exp(data.log_l) - np.exp(predicted)
+        # the noise a cell's parabola sees: residuals about their cell's mean (a shift of a whole cell, as real
+        # studies have, moves no optimum)
+        offsets = np.bincount(data.cell, residual) / np.maximum(np.bincount(data.cell), 1)
+        within = residual - offsets[data.cell]
+        dof = max(len(rows) - np.unique(data.cell).size, 1)
+        self.noise = max(float(np.sqrt((within ** 2).sum() / dof)), NOISE_FLOOR)
+        self._predict(data, predicted)
+
+    def _predict(self, data: FitData, predicted: np.ndarray) -> None:
+        """Each cell's predicted optimal width and its spread over draws from the fit's covariance."""
+        step = 1e-5
+        jac = np.stack([(_log_loss((self.theta + step * np.eye(len(THETA))[j])[None], data.r, data.n_once,
+                                   data.n_rec, data.log_d)[0] - predicted) / step for j in range(len(THETA))], axis=1)
+        sigma2 = (((data.log_l - predicted) ** 2).sum() / max(data.r.size - len(THETA), 1))
+        cov = sigma2 * np.linalg.pinv(jac.T @ jac)
+        rng = np.random.default_rng(self.seed + 7919 * self.fits)
+        lower, upper = DEFAULT_BOUNDS.arrays()
+        draws = rng.multivariate_normal(self.theta, (cov + cov.T) / 2, size=DRAWS, method="eigh")
+        draws = np.clip(draws, lower, upper)
+        for key, g in self.cells.items():
+            log_d = np.log(g.tokens)
+            loss = np.exp(_log_loss(self.theta[None], float(g.r), g.n_once, g.n_rec, log_d)[0])
+            self.predicted[key] = loss
+            self.optimum[key] = g.heads[int(np.argmin(loss))]
+            spread = _log_loss(draws, float(g.r), g.n_once, g.n_rec, log_d)
+            self.sigma[key] = float(np.std(g.log_s[np.argmin(spread, axis=1)]))
+
+    # ---- proposals --------------------------------------------------------------------------------------
+    def guess(self, key: str) -> tuple[int, float]:
+        """(heads the law predicts optimal, spread in log width); the first guess before any fit."""
+        if key in self.optimum:
+            return self.optimum[key], max(self.sigma[key], 0.0)
+        return self.cells[key].first_guess, PRIOR_SIGMA
+
+    def propose(self, key: str, pending: set[int]) -> int:
+        """The next width (heads) of cell ``key``, given the widths its running trials hold."""
+        g = self.cells[key]
+        done = self.results[key]
+        taken = set(done) | self.failed[key] | pending
+        free = [h for h in g.heads if h not in taken]
+        if not free:
+            return min(g.heads, key=lambda h: (h in done, h))  # cannot happen while the cell is open
+        target, sigma = self.guess(key)
+        ls = dict(zip(g.heads, g.log_s))
+        if not done and not pending:
+            return min(free, key=lambda h: (abs(ls[h] - ls[target]), h))
+        center = min(done, key=done.get) if done else min(pending, key=lambda h: abs(ls[h] - ls[target]))
+        need = [side for side in (-1, 1) if not any(side * (ls[h] - ls[center]) > 0 for h in taken)
+                and any(side * (ls[h] - ls[center]) > 0 for h in g.heads)]
+        if need:
+            toward = 1 if ls[target] > ls[center] else -1
+            side = toward if toward in need else need[0]
+            return self._bracket(g, center, side, free, sigma)
+        best = min(done, key=done.get) if done else center
+        inner = {g.heads[0]: g.heads[1], g.heads[-1]: g.heads[-2]}.get(best) if len(g.heads) > 1 else None
+        if inner in free:  # the best run is an edge of the cell: the width next to it decides if it is bound-limited
+            return inner
+        vertex = self._vertex(key)
+        middle = vertex[0] if vertex is not None else ls[best]
+        lo, hi = min(ls[h] for h in taken), max(ls[h] for h in taken)
+        inside = [h for h in free if lo < ls[h] < hi]
+        if inside:  # fill the bracket where the optimum is: the parabola then rests on points near it
+            return min(inside, key=lambda h: (abs(ls[h] - middle), h))
+        return min(free, key=lambda h: (abs(ls[h] - middle), h))
+
+    def _bracket(self, g: CellGeometry, center: int, side: int, free: list[int], sigma: float) -> int:
+        """A free width on ``side`` of ``center``: the nearest at least ``sigma`` away whose predicted loss
+        rises by RISE noise sds over the center's; the farthest on that side if none does."""
+        ls = dict(zip(g.heads, g.log_s))
+        on_side = sorted((h for h in free if side * (ls[h] - ls[center]) > 0), key=lambda h: abs(ls[h] - ls[center]))
+        loss = self.predicted.get(g.key)
+        for h in on_side:
+            if abs(ls[h] - ls[center]) > MAX_SPACING:
+                break
+            far = abs(ls[h] - ls[center]) >= min(sigma, MAX_SPACING) - 1e-12
+            rises = loss is None or loss[g.index(h)] - loss[g.index(center)] >= RISE * self.noise
+            if far and rises:
+                return h
+        within = [h for h in on_side if abs(ls[h] - ls[center]) <= MAX_SPACING]
+        return (within or on_side[:1])[-1]
+
+    # ---- stopping ---------------------------------------------------------------------------------------
+    def status(self, key: str) -> str:
+        """"open", "located" (best run bracketed, interior parabola vertex within tolerance), "edge" (the best
+        run is an edge of the cell's widths and beats the width next to it: bound-limited) or "exhausted"
+        (every width tried). A cell once stopped stays stopped."""
+        if key not in self.closed and (why := self._status(key)) != "open":
+            self.closed[key] = why
+        return self.closed.get(key, "open")
+
+    def _status(self, key: str) -> str:
+        g = self.cells[key]
+        done = self.results[key]
+        if len(set(done) | self.failed[key]) >= len(g.heads):
+            return "exhausted"
+        if len(done) < 3:
+            return "open"
+        ls = dict(zip(g.heads, g.log_s))
+        best = min(done, key=done.get)
+        if not all(any(side * (ls[h] - ls[best]) > 0 for h in done) for side in (-1, 1)):
+            edge = {g.heads[0]: g.heads[1], g.heads[-1]: g.heads[-2]}.get(best)
+            return "edge" if edge in done else "open"
+        vertex = self._vertex(key)
+        return "located" if vertex is not None and vertex[1] <= self.tolerance else "open"
+
+    def _vertex(self, key: str) -> tuple[float, float] | None:
+        """(log width, standard error) of the vertex of the cell's parabola in log N (analysis.isoflop's),
+        or None without an interior minimum. The error propagates the fit's noise through the parabola's
+        least-squares coefficients (delta method) and converts log N to log width by the cell's slope."""
+        g = self.cells[key]
+        done = self.results[key]
+        if len(done) < 3:
+            return None
+        idx = [g.index(h) for h in done]
+        x, y = g.log_n[idx], np.array(list(done.values()))
+        center = x.mean()
+        design = np.vander(x - center, 3, increasing=True)
+        coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+        c1, c2 = coef[1], coef[2]
+        if c2 <= 0:
+            return None
+        u = -c1 / (2 * c2)
+        if not x.min() <= center + u <= x.max():
+            return None
+        cov = self.noise ** 2 * np.linalg.pinv(design.T @ design)
+        grad = np.array([0.0, -1 / (2 * c2), c1 / (2 * c2 * c2)])
+        se_log_n = float(np.sqrt(max(grad @ cov @ grad, 0.0)))
+        slope = np.polyfit(g.log_s, g.log_n, 1)[0] if len(g.heads) > 1 else 2.0  # d log N / d log s, ~2
+        vertex_log_s = float(np.interp(center + u, g.log_n, g.log_s))
+        return vertex_log_s, se_log_n / slope
+
+
+def _log_loss(theta: np.ndarray, r, n_once, n_rec, log_d) -> np.ndarray:
+    """log L of the law at parameter sets theta (K, 6) in THETA order and runs (n,): (K, n)."""
+    a, alpha, b, beta, e, phi = (col[:, None] for col in theta.T)
+    n_eff = n_once + np.exp(phi * np.log(r)) * n_rec
+    terms = np.stack(np.broadcast_arrays(a - alpha * np.log(n_eff), b - beta * log_d, e))
+    top = terms.max(axis=0)
+    return top + np.log(np.exp(terms - top).sum(axis=0))
+
+
+class LawSampler(optuna.samplers.BaseSampler):
+    """The Optuna sampler of one cell: its ``heads`` come from the shared ``LawSurrogate``, and every trial it
+    sees finish is handed to the surrogate (``after_trial``), which refits the law across all cells."""
+
+    def __init__(self, surrogate: LawSurrogate, key: str):
+        self.surrogate, self.key = surrogate, key
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        pending = {t.params["heads"] for t in running if t.number != trial.number and "heads" in t.params}
+        return self.surrogate.propose(self.key, pending)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        if "heads" in trial.params:
+            self.surrogate.add(self.key, trial.params["heads"], values[0] if state == TrialState.COMPLETE else None)
+

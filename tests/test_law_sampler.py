@@ -1,0 +1,138 @@
+"""The law sampler (search/law_sampler.py) driven as Tune drives it (CellSearcher.suggest / on_trial_complete),
+without Ray: seeded and deterministic, restorable from its pickle, bracketing beyond an edge, stopping at the
+tolerance, cheap cells first."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import optuna
+import pytest
+
+from loopscale.model import PAPER_LAW
+from loopscale.objectives import simulate
+from loopscale.search import SweepSpec
+from loopscale.search.law_sampler import CellGeometry, LawSurrogate
+from loopscale.search.tune_runner import CellSearcher, make_studies
+
+BUDGETS = [4.64e17, 1e18, 2.15e18]
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> SweepSpec:
+    """The paper preset replayed (law sampler, shipped noise) on its three cheapest budgets: 12 cells."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    uri = f"sqlite:///{tmp_path_factory.mktemp('law')}/unused.db"
+    paper = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=uri)
+    assert paper.sampler == "law"
+    return dataclasses.replace(paper, budgets=tuple(BUDGETS))
+
+
+def drive(searcher: CellSearcher, steps: int | None = None) -> list[tuple[str, float]]:
+    """One trial at a time: suggest, simulate, complete. Returns the (cell, s) of each trial."""
+    trials = []
+    while steps is None or len(trials) < steps:
+        config = searcher.suggest(f"t{len(trials)}")
+        if config is None or config == CellSearcher.FINISHED:
+            break
+        searcher.on_trial_complete(f"t{len(trials)}", simulate(config["trial"]))
+        trials.append((config["meta"]["cell"], config["trial"]["s"]))
+    return trials
+
+
+def test_same_seed_same_results_same_proposals_and_a_restored_searcher_continues_alike(spec, tmp_path):
+    first = drive(CellSearcher(make_studies(spec, "search", None)))
+    again = drive(CellSearcher(make_studies(spec, "search", None)))
+    assert first == again
+    cap = sum(c.n_trials for c in spec.cells())
+    assert 3 * len(spec.cells()) <= len(first) < cap  # cells stop early, none with fewer than 3 widths
+    per_cell = {}
+    for cell, s in first:
+        per_cell.setdefault(cell, []).append(s)
+    assert all(len(set(widths)) == len(widths) for widths in per_cell.values())  # never a width twice
+    # cheaper cells first: one trial at a time, a cell is closed for good before a dearer one starts
+    budgets = [next(c.budget for c in spec.cells() if c.key == cell) for cell, _ in first]
+    assert budgets == sorted(budgets)
+
+    # pickled half-way (as Tune saves the searcher) and restored: the same surrogate goes on the same way
+    searcher = CellSearcher(make_studies(spec, "search", None))
+    head = drive(searcher, steps=len(first) // 2)
+    path = str(tmp_path / "searcher.pkl")
+    searcher.save(path)
+    restored = CellSearcher([])
+    restored.restore(path)
+    surrogate = next(iter(restored._studies.values())).surrogate
+    assert surrogate.theta is not None and surrogate.fits > 0  # the law had been fitted before the save
+    assert all(s.surrogate is surrogate for s in restored._studies.values())  # still ONE surrogate for all cells
+    assert head + drive(restored) == first
+
+
+def geometry(spec: SweepSpec, budget: float, r: int) -> CellGeometry:
+    return CellGeometry.of(spec, next(c for c in spec.cells() if c.budget == budget and c.r == r))
+
+
+def clean_loss(spec: SweepSpec, g: CellGeometry, heads: int) -> float:
+    i = g.index(heads)
+    return PAPER_LAW.loss(g.n_once[i], g.n_rec[i], g.r, g.tokens[i])
+
+
+def test_a_best_width_on_the_edge_of_the_tried_ones_gets_its_next_trial_beyond_that_edge(spec):
+    g = geometry(spec, 2.15e18, 4)
+    surrogate = LawSurrogate([g], seed=0, tolerance=0.1)
+    low, mid = g.heads[0], g.heads[2]
+    surrogate.add(g.key, low, 2.70)
+    surrogate.add(g.key, mid, 2.69)  # the best so far is the widest tried
+    assert surrogate.status(g.key) == "open"
+    assert surrogate.propose(g.key, set()) > mid
+    surrogate = LawSurrogate([g], seed=0, tolerance=0.1)
+    surrogate.add(g.key, mid, 2.70)
+    surrogate.add(g.key, g.heads[-1], 2.71)  # now the narrowest tried is best
+    assert surrogate.propose(g.key, set()) < mid
+    # a running trial counts as tried: it brackets that side, and the next proposal does not repeat it
+    below = surrogate.propose(g.key, set())
+    assert surrogate.propose(g.key, {below}) not in (below, mid, g.heads[-1])
+
+
+def test_a_cell_stops_once_its_optimum_is_located_to_the_tolerance(spec):
+    g = geometry(spec, 2.15e18, 4)
+    best = min(g.heads, key=lambda h: clean_loss(spec, g, h))
+    i = g.index(best)
+    bracket = [g.heads[i - 2], best, g.heads[i + 2]]
+    loose, strict = (LawSurrogate([g], seed=0, tolerance=t) for t in (0.1, 1e-4))
+    for surrogate in (loose, strict):
+        for h in bracket:
+            surrogate.add(g.key, h, clean_loss(spec, g, h))
+    assert loose.status(g.key) == "located"
+    assert strict.status(g.key) == "open"  # bracketed and interior, but not yet located that precisely
+    assert strict.propose(g.key, set()) in (g.heads[i - 1], g.heads[i + 1])  # inside the bracket, by the vertex
+
+
+def test_a_best_run_at_the_edge_of_the_cell_is_bound_limited_once_its_neighbour_is_tried(spec):
+    g = geometry(spec, 2.15e18, 4)
+    surrogate = LawSurrogate([g], seed=0, tolerance=0.1)
+    for h, loss in ((g.heads[-1], 2.60), (g.heads[-3], 2.70)):
+        surrogate.add(g.key, h, loss)
+    assert surrogate.propose(g.key, set()) == g.heads[-2]  # the edge's neighbour decides
+    surrogate.add(g.key, g.heads[-2], 2.65)
+    assert surrogate.status(g.key) == "edge"
+
+
+def test_the_shipped_noise_is_correlated_within_cells_and_repeatable(spec):
+    cell = spec.cells()[0]
+    a = [simulate(spec.trial_config(cell, s))["val_loss"] for s in cell.widths]
+    assert a == [simulate(spec.trial_config(cell, s))["val_loss"] for s in cell.widths]
+    g = CellGeometry.of(spec, cell)
+    # without the per-trial noise, what is left is shared by a cell and smooth in width: neighbours deviate alike
+    quiet = dataclasses.replace(spec, noise=0.0)
+    steps, sizes = [], []
+    for c in spec.cells():
+        geo = CellGeometry.of(spec, c)
+        deviation = [simulate(quiet.trial_config(c, s))["val_loss"] - clean_loss(spec, geo, h)
+                     for s, h in zip(c.widths, geo.heads)]
+        steps += [abs(a - b) for a, b in zip(deviation, deviation[1:])]
+        sizes += [abs(d) for d in deviation]
+    assert sum(steps) / len(steps) < 0.5 * sum(sizes) / len(sizes)
+    zero = dataclasses.replace(spec, noise=0.0, cell_noise=0.0, misspec=0.0)
+    assert [simulate(zero.trial_config(cell, s))["val_loss"] for s in cell.widths] == pytest.approx(
+        [clean_loss(spec, g, h) for h in g.heads])
