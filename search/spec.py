@@ -171,8 +171,7 @@ class SweepSpec:
             tpp = (float(tpp[0]), float(tpp[1]))
 
         sim = Table(t.table("simulate"), "[simulate]", ("noise", "cell_noise", "misspec", "law", "delay_s", "journal",
-                                                        "rendezvous",
-                                                                "faults"))
+                                                        "rendezvous", "faults"))
         delay_s = sim.number("delay_s", default=0.0)
         require(0 <= delay_s < math.inf, f"[simulate] delay_s must be >= 0 seconds, got {delay_s}")
         journal = sim.str("journal")

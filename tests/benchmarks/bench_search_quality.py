@@ -44,7 +44,7 @@ from loopscale.analysis import cell_optima, fit_joint_law  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
-from loopscale.search.spec import Cell  # noqa: E402
+from loopscale.search.space import Cell, search_cell  # noqa: E402
 from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
 
 PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
@@ -59,7 +59,7 @@ def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
 def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
     """(s*, L*) without the per-trial noise (the cell's offset and curve stay) over every allowed width."""
     quiet = dataclasses.replace(spec, noise=0.0, tokens_per_param=None)
-    allowed = quiet._cell(cell.budget, cell.r).widths
+    allowed = search_cell(quiet, cell.budget, cell.r).widths
     return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
 
