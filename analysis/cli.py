@@ -15,7 +15,7 @@ from loopscale.model import PAPER_LAW
 
 from .allocation import allocation_table
 from .compare import compare_runs, excluded_text
-from .fit import DATA_MODES, FitOptions, fit_joint_law
+from .fit import DATA_MODES, INTERVAL_METHODS, FitOptions, fit_joint_law
 from .report import analyze, template_mismatch
 from .runs import load_runs, template_of, usable_runs
 from .store import DEFAULT_RUN_DIR
@@ -97,13 +97,16 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 
                        help="fit only runs of this stage; 'all' for every stage (default search)")
     group.add_argument("--n-starts", type=int, default=500, help="random optimiser starts (default 500)")
     group.add_argument("--n-bootstrap", type=int, default=bootstrap_default,
-                       help=f"block-bootstrap resamples over (budget, r) cells (default {bootstrap_default})")
+                       help=f"bootstrap resamples behind the intervals (default {bootstrap_default})")
+    group.add_argument("--interval", choices=INTERVAL_METHODS, default="auto",
+                       help="block bootstrap over (budget, r) cells, residual bootstrap, or auto: block when "
+                            "cells are many, residual when few (see analysis/fit.py; default auto)")
     group.add_argument("--seed", type=int, default=0, help="seed of the starts and the bootstrap (default 0)")
 
 
 def _options(args: argparse.Namespace) -> FitOptions:
     return FitOptions(data=args.data, stage=None if args.stage == "all" else args.stage, n_starts=args.n_starts,
-                      n_bootstrap=args.n_bootstrap, seed=args.seed)
+                      n_bootstrap=args.n_bootstrap, seed=args.seed, interval=args.interval)
 
 
 def run_analyze(args: argparse.Namespace) -> int:

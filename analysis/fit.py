@@ -12,7 +12,22 @@ is fitted in log-sum-exp form, with A = e^a, B = e^b, E = e^e::
 minimising the Huber loss (delta = 1e-3) of ``log L_hat - log L`` SUMMED over runs (a mean makes the gradient
 tiny and L-BFGS stops early, the flaw Besiroglu et al. 2024 found in Chinchilla's fit). Bounds (paper):
 a, b in [-5, 35]; alpha, beta in [0, 2.5]; e in [-3, 2]; phi in [-3, 3]. Best of many random starts; the
-uncertainty is a block bootstrap over (budget, r) cells: resample whole cells with replacement and refit.
+uncertainty is a bootstrap, chosen by the number of cells (``interval_method``):
+
+* block bootstrap (the paper's): resample whole (budget, r) cells with replacement and refit. It needs many
+  cells: with few, a resample often loses every cell of one r or one budget, and phi, no longer identified,
+  runs to its bound (a 9-cell demo put 12 of 200 resamples on phi = -3 and reported a CI of -3 to 0.9).
+* residual bootstrap (few cells): keep every run's (N, D, r) and redraw its log-loss as the fitted law plus
+  resampled residuals, split in two levels because errors share a cell (common data, a cell-wide offset):
+  log L* = fit + u*_cell + eps*, with u* drawn with replacement from the per-cell mean residuals and eps* from
+  the within-cell residuals, each inflated by sqrt(n / (n - p)) for the degrees of freedom the fit used up
+  (Davison & Hinkley 1997, ch. 6, on residual resampling of nonlinear regression). Every resample keeps the
+  design, so phi stays identified whenever the data identify it.
+
+The rule (``interval_method``): block when the expected share of block resamples that lose a whole r or
+budget level, sum over levels of (1 - k/n)^n for a level holding k of n cells, is at most
+``BLOCK_LOSS_LIMIT`` (10%); residual otherwise. The paper's 24 cells give 8% (block); 9 cells of 3 budgets x
+3 r give 16% (residual).
 
 All starts and all bootstrap resamples run as one batch (``analysis.optimize``) on the analytic gradient
 (``objective``); the best start is then polished by scipy's L-BFGS-B. The returned ``LawFit`` says whether the
@@ -42,6 +57,8 @@ from .runs import usable_runs
 THETA = ("a", "alpha", "b", "beta", "e", "phi")
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 DATA_MODES = ("all", "frontier", "optima")
+INTERVAL_METHODS = ("auto", "block", "residual")
+BLOCK_LOSS_LIMIT = 0.10  # largest expected share of block resamples losing a whole r or budget (module docstring)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,7 @@ class FitOptions:
         plain Chinchilla fit on N = N_once + N_rec).
     bootstrap_starts: starts per bootstrap resample: the full-data optimum plus the next-best distinct local
         minima found by the main fit.
+    interval: "block" or "residual" bootstrap, or "auto" to choose by the cells (``interval_method``).
     """
 
     delta: float = 1e-3
@@ -93,6 +111,7 @@ class FitOptions:
     fix_phi: float | None = None
     data: str = "all"
     stage: str | None = "search"
+    interval: str = "auto"
 
     def __post_init__(self) -> None:
         checks = [
@@ -103,6 +122,7 @@ class FitOptions:
             (self.bootstrap_starts >= 1, f"bootstrap_starts must be >= 1, got {self.bootstrap_starts}"),
             (0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}"),
             (self.data in DATA_MODES, f"data must be one of {DATA_MODES}, got {self.data!r}"),
+            (self.interval in INTERVAL_METHODS, f"interval must be one of {INTERVAL_METHODS}, got {self.interval!r}"),
             (self.fix_phi is None or np.isfinite(self.fix_phi), f"fix_phi must be finite, got {self.fix_phi}"),
         ]
         for ok, message in checks:
@@ -121,7 +141,8 @@ class FitStatus(enum.Enum):
 
 @dataclass(frozen=True, eq=False)
 class LawFit:
-    """A fitted joint law with its diagnostics. ``ci`` holds the bootstrap percentile interval of every constant."""
+    """A fitted joint law with its diagnostics. ``ci`` holds the bootstrap percentile interval of every constant;
+    ``interval`` says which bootstrap made it ("block" or "residual")."""
 
     E: float
     A: float
@@ -146,6 +167,7 @@ class LawFit:
     n_starts: int
     n_starts_at_best: int            # starts that ended at the best objective: evidence of a global optimum
     n_bootstrap: int
+    interval: str
     bootstrap_stopped_early: int
     confidence: float
     bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order
@@ -180,13 +202,15 @@ class FitData:
     log_d: np.ndarray
     log_l: np.ndarray
     cell: np.ndarray   # integer code of the run's (budget, r) cell
+    budget: np.ndarray
 
     @classmethod
     def from_runs(cls, runs: pd.DataFrame) -> "FitData":
         cells = runs.groupby(["budget_flops", "r"], sort=True).ngroup().to_numpy()
         return cls(r=runs["r"].to_numpy(float), n_once=runs["N_once"].to_numpy(float),
                    n_rec=runs["N_rec"].to_numpy(float), log_d=np.log(runs["tokens"].to_numpy(float)),
-                   log_l=np.log(runs["val_loss"].to_numpy(float)), cell=cells)
+                   log_l=np.log(runs["val_loss"].to_numpy(float)), cell=cells,
+                   budget=runs["budget_flops"].to_numpy(float))
 
     @property
     def n_cells(self) -> int:
@@ -253,9 +277,34 @@ def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIO
     theta, f_best = _polish(main.x[best], main.f[best], data, lower, upper, options)
     at_best = int((main.f <= f_best * (1 + 1e-6) + 1e-12).sum())
 
-    draws, boot_stopped = _bootstrap(theta, main, data, lower, upper, options, rng)
+    method = interval_method(data, options)
+    bootstrap = _block_bootstrap if method == "block" else _residual_bootstrap
+    draws, boot_stopped = bootstrap(theta, main, data, lower, upper, options, rng)
     return _summarise(theta, f_best, table, data, lower, upper, options, at_best, draws, boot_stopped,
-                      main.stop[best])
+                      main.stop[best], method)
+
+
+def block_loss_share(data: FitData) -> float:
+    """Expected share of block-bootstrap resamples that lose every cell of some r or some budget (union bound).
+
+    A resample draws n of the n cells with replacement; it misses a level holding k of them with probability
+    (1 - k/n)^n. Summed over the r levels and the budget levels.
+    """
+    first = np.unique(data.cell, return_index=True)[1]
+    n = first.size
+    share = 0.0
+    for levels in (data.r[first], data.budget[first]):
+        _, counts = np.unique(levels, return_counts=True)
+        share += float(((1 - counts / n) ** n).sum())
+    return share
+
+
+def interval_method(data: FitData, options: FitOptions) -> str:
+    """The bootstrap behind the intervals: ``options.interval``, or for "auto" block when at most
+    ``BLOCK_LOSS_LIMIT`` of block resamples would lose a whole r or budget, residual otherwise."""
+    if options.interval != "auto":
+        return options.interval
+    return "block" if block_loss_share(data) <= BLOCK_LOSS_LIMIT else "residual"
 
 
 def refit(data: FitData, previous: np.ndarray | None, *, n_starts: int = 4, seed: int = 0, max_iter: int = 300,
@@ -332,8 +381,8 @@ def _polish(theta: np.ndarray, f: float, data: FitData, lower: np.ndarray, upper
     return theta, float(f)
 
 
-def _bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.ndarray, upper: np.ndarray,
-               options: FitOptions, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+def _block_bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.ndarray, upper: np.ndarray,
+                     options: FitOptions, rng: np.random.Generator) -> tuple[np.ndarray, int]:
     """Block bootstrap over (budget, r) cells: B resamples x a few starts, all in one batch.
 
     Returns the (B, 6) best theta of each resample and how many of those stopped at the iteration limit.
@@ -345,12 +394,47 @@ def _bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.nd
     picks = rng.integers(0, n_cells, size=(n_boot, n_cells))
     counts = np.stack([np.bincount(p, minlength=n_cells) for p in picks])
     weights = counts[:, data.cell].astype(float)  # (B, n) multiplicity of each run in each resample
+    return _refit(theta, main, data, lower, upper, options, weights=weights)
+
+
+def _residual_bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.ndarray,
+                        upper: np.ndarray, options: FitOptions, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Two-level residual bootstrap (module docstring): B redrawn log-losses on the same runs, refitted."""
+    n_boot = options.n_bootstrap
+    if n_boot == 0:
+        return np.empty((0, len(THETA))), 0
+    fitted = np.log(np.asarray(JointLaw(**dict(zip(CONSTANTS, _constants(theta[None])[0]))).loss(
+        data.n_once, data.n_rec, data.r, np.exp(data.log_d)), dtype=float))
+    residual = data.log_l - fitted
+    n, n_cells = residual.size, data.n_cells
+    n_free = int((upper > lower).sum())
+    offsets = np.bincount(data.cell, weights=residual, minlength=n_cells) / np.bincount(data.cell, minlength=n_cells)
+    within = residual - offsets[data.cell]
+    inflate = np.sqrt(n / max(n - n_free, 1))
+    offsets, within = (offsets - offsets.mean()) * inflate, within * inflate
+    cell_draws = offsets[rng.integers(0, n_cells, size=(n_boot, n_cells))]
+    redrawn = fitted + cell_draws[:, data.cell] + within[rng.integers(0, n, size=(n_boot, n))]
+    return _refit(theta, main, data, lower, upper, options, log_l=redrawn)
+
+
+def _refit(theta: np.ndarray, main: BatchResult, data: FitData, lower: np.ndarray, upper: np.ndarray,
+           options: FitOptions, *, weights: np.ndarray | None = None,
+           log_l: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Refit B resamples, given as run weights (B, n) or redrawn log-losses (B, n), from a few starts each,
+    all in one batch. Returns the (B, 6) best theta of each and how many of those hit the iteration limit."""
+    n_boot = len(weights if weights is not None else log_l)
     seeds = _distinct_minima(theta, main, options.bootstrap_starts)
     per = len(seeds)
     starts = np.tile(seeds, (n_boot, 1))
-    rows_weights = np.repeat(weights, per, axis=0)
-    result = minimize_batch(lambda x, rows: objective(x, data, rows_weights[rows], options.delta),
-                            starts, lower, upper, max_iter=options.max_iter, groups=np.repeat(np.arange(n_boot), per))
+    rows_weights = np.repeat(weights if weights is not None else np.ones((n_boot, data.r.size)), per, axis=0)
+    rows_log_l = None if log_l is None else np.repeat(log_l, per, axis=0)
+
+    def batch(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows_data = data if rows_log_l is None else dataclasses.replace(data, log_l=rows_log_l[rows])
+        return objective(x, rows_data, rows_weights[rows], options.delta)
+
+    result = minimize_batch(batch, starts, lower, upper, max_iter=options.max_iter,
+                            groups=np.repeat(np.arange(n_boot), per))
     f = result.f.reshape(n_boot, per)
     choice = np.argmin(f, axis=1)
     flat = np.arange(n_boot) * per + choice
@@ -370,7 +454,7 @@ def _distinct_minima(theta: np.ndarray, main: BatchResult, count: int) -> np.nda
 
 def _summarise(theta: np.ndarray, f_best: float, table: pd.DataFrame, data: FitData, lower: np.ndarray,
                upper: np.ndarray, options: FitOptions, at_best: int, draws: np.ndarray, boot_stopped: int,
-               best_stop: int) -> LawFit:
+               best_stop: int, method: str) -> LawFit:
     constants = _constants(theta[None])[0]
     law = JointLaw(**dict(zip(CONSTANTS, constants)))
     observed = np.exp(data.log_l)
@@ -411,7 +495,7 @@ def _summarise(theta: np.ndarray, f_best: float, table: pd.DataFrame, data: FitD
                   max_residual=float(np.abs(error).max()), huber=f_best, status=status, message=message,
                   at_bound=at_bound, fixed_phi=options.fix_phi, data=options.data, n_runs=len(table),
                   n_cells=data.n_cells, n_starts=options.n_starts, n_starts_at_best=at_best,
-                  n_bootstrap=len(boot), bootstrap_stopped_early=boot_stopped, confidence=options.confidence,
+                  n_bootstrap=len(boot), interval=method, bootstrap_stopped_early=boot_stopped, confidence=options.confidence,
                   bootstrap=boot)
 
 

@@ -4,7 +4,7 @@ isoflop_figure      loss against N in each (budget, r) cell, the cell's parabola
 frontier_figure     loss against training FLOPs, the Pareto frontier per r and the law's compute-optimal curve
 law_figure          the law's L*(C) and N*(C) per r against the per-cell IsoFLOP optima
 residual_figure     observed minus predicted loss of every fitted run
-phi_figure          the block-bootstrap distribution of phi with the point estimate and interval
+phi_figure          the bootstrap distribution of phi with the point estimate and interval
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def phi_figure(fit: LawFit) -> Figure:
             ax.axvline(edge, color="black", ls="--", lw=0.8)
     ax.set_xlabel("phi")
     ax.set_ylabel("bootstrap resamples")
-    ax.set_title(f"Block bootstrap of phi over (C, r) cells: {fit.n_bootstrap} resamples, "
+    ax.set_title(f"{fit.interval.capitalize()} bootstrap of phi ({fit.n_cells} cells): {fit.n_bootstrap} resamples, "
                  f"{100 * fit.confidence:.0f}% CI {fit.phi_ci[0]:.3f} to {fit.phi_ci[1]:.3f}", fontsize=9)
     ax.legend()
     return fig

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .allocation import allocation_table
+from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .fit import DEFAULT_FIT_OPTIONS, FitOptions, FitSuite, fit_rows, fit_suite
 from .frontier import pareto_frontier, power_laws
@@ -45,6 +46,7 @@ class Analysis:
     law_curves: pd.DataFrame | None
     template_note: str
     seconds: float
+    backtest: Backtest | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
@@ -63,6 +65,7 @@ class Analysis:
             "gap_to_r1": self.gap_ranges(),
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
+            "backtest": self.backtest.summary() if self.backtest else None,
             "template": self.template_note, "seconds": self.seconds,
         }
 
@@ -80,7 +83,8 @@ class Analysis:
         lines = [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                  f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                  f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-                 f"{joint.n_bootstrap} block-bootstrap resamples) [{joint.status.value}]",
+                 f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells) "
+                 f"[{joint.status.value}]",
                  f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
                  "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
                                                                          self.suite.phi1.r2)
@@ -89,6 +93,8 @@ class Analysis:
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats): "
                          + ", ".join(f"r={r} {lo:.3f}-{hi:.3f}" for r, (lo, hi) in gaps.items()))
+        if self.backtest is not None:
+            lines.append(self.backtest.text())
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         if s["cells_flagged"]:
             reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
@@ -133,9 +139,14 @@ class Analysis:
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
         for r, (lo, hi) in self.gap_ranges().items():
             metrics[f"gap_r{r}_min"], metrics[f"gap_r{r}_max"] = lo, hi
+        if self.backtest is not None:
+            metrics["backtest_runs_rmse"] = self.backtest.runs_rmse
+            errors = self.backtest.cells["loss_error"].dropna()
+            if len(errors):
+                metrics["backtest_loss_error_mean_abs"] = float(errors.abs().mean())
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
-                  "n_bootstrap": self.options.n_bootstrap, "seed": self.options.seed, "delta": self.options.delta,
-                  "template": self.template_note}
+                  "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
+                  "delta": self.options.delta, "template": self.template_note}
         return metrics, params, {"fit_status": joint.status.value}
 
 
@@ -166,9 +177,11 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
         fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
+    held_out = backtest(runs, optima, options=options, template=None if mismatch else template,
+                        batch_tokens=batch_tokens)
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
-                        seconds=time.perf_counter() - start)
+                        seconds=time.perf_counter() - start, backtest=held_out)
     analysis.tables = _tables(analysis)
     return analysis
 
@@ -203,6 +216,8 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
               "gaps_measured": cell_gaps(a.optima.table) if "L_opt" in a.optima.table else pd.DataFrame()}
     if a.allocation is not None:
         tables["allocation"] = a.allocation
+    if a.backtest is not None:
+        tables["backtest"] = a.backtest.cells
     return tables
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
-from loopscale.analysis.fit import THETA, FitData, objective
+from loopscale.analysis.fit import THETA, FitData, block_loss_share, interval_method, objective
 from loopscale.analysis.optimize import Stop, minimize_batch
 from loopscale.model import PAPER_LAW, JointLaw
-from test_analysis_sim import paper_runs
+from test_analysis_sim import PAPER_GRID, paper_runs
 
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 # The paper's constants and two lopsided sets: a Chinchilla-like data-dominated law with phi near 1, and a
@@ -133,6 +133,7 @@ def test_fit_on_frontier_or_optima(data):
     ({"data": "best"}, "data must be one of"),
     ({"confidence": 1.5}, "confidence"),
     ({"starts": 3}, "unknown fit option"),
+    ({"interval": "jackknife"}, "interval must be one of"),
 ])
 def test_bad_options_are_one_line_value_errors(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -183,3 +184,31 @@ def test_batched_optimiser_solves_bounded_quadratics():
     expected = np.clip(centers, lower, upper)
     np.testing.assert_allclose(result.x, expected, atol=1e-7)
     assert set(result.stop) <= {Stop.GRADIENT, Stop.FUNCTION, Stop.NO_PROGRESS}
+
+
+NINE_CELLS = {"grid": {c: PAPER_GRID[c] for c in (1e18, 4.64e18, 2.15e19)}, "recurrences": (1, 2, 4)}
+
+
+def test_auto_interval_is_block_with_many_cells_and_residual_with_few():
+    many, few = FitData.from_runs(paper_runs()), FitData.from_runs(paper_runs(**NINE_CELLS))
+    # sum over levels of (1 - k/n)^n: 4 (1 - 6/24)^24 + 6 (1 - 4/24)^24 and 6 (1 - 3/9)^9
+    assert block_loss_share(many) == pytest.approx(4 * 0.75 ** 24 + 6 * (5 / 6) ** 24)
+    assert block_loss_share(few) == pytest.approx(6 * (2 / 3) ** 9)
+    assert interval_method(many, FitOptions()) == "block"
+    assert interval_method(few, FitOptions()) == "residual"
+    assert interval_method(few, FitOptions(interval="block")) == "block"
+    assert fit_joint_law(paper_runs(**NINE_CELLS), n_starts=20, n_bootstrap=4).interval == "residual"
+
+
+def test_residual_bootstrap_keeps_phi_identified_on_nine_cells():
+    runs = paper_runs(noise=0.01, seed=1, **NINE_CELLS)
+    fit = fit_joint_law(runs, n_starts=100, n_bootstrap=100)
+    assert fit.interval == "residual" and fit.n_cells == 9
+    lo, hi = fit.phi_ci
+    assert lo < PAPER_LAW.phi < hi and hi - lo < 0.5
+    assert np.all(np.abs(fit.bootstrap[:, 5]) < 2.9)  # no resample ran phi to its bound (-3 or 3)
+
+
+def test_residual_bootstrap_of_noise_free_runs_is_the_fit_itself():
+    fit = fit_joint_law(paper_runs(**NINE_CELLS), n_starts=60, n_bootstrap=10, interval="residual")
+    np.testing.assert_allclose(fit.bootstrap[:, 5], PAPER_LAW.phi, atol=1e-3)

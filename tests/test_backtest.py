@@ -1,0 +1,47 @@
+"""The extrapolation backtest of ``loopscale analyze`` on the simulated paper replay: refit without the largest
+budget and predict it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loopscale.analysis import FitOptions
+from loopscale.analysis.backtest import backtest
+from loopscale.analysis.isoflop import cell_optima
+from test_analysis_sim import BATCH, TEMPLATE, paper_runs
+
+NOISE = 0.01
+OPTIONS = FitOptions(n_starts=60, n_bootstrap=0)
+
+
+def run_backtest(runs):
+    return backtest(runs, cell_optima(runs, n_bootstrap=100), options=OPTIONS, template=TEMPLATE,
+                    batch_tokens=BATCH)
+
+
+def test_noise_free_replay_is_predicted_exactly():
+    result = run_backtest(paper_runs())
+    assert result.held_out == 2.15e19 and result.n_held_out == 16 and result.fit.n_runs == 100
+    assert result.runs_rmse < 1e-5
+    # the parabola's vertex through 4 widths is itself only an estimate of the optimum (PAPER.md)
+    compared = result.cells.dropna(subset=["loss_error"])
+    assert len(compared) >= 2 and (compared["loss_error"].abs() < 2e-3).all()
+    assert ((compared["width_ratio"] > 0.8) & (compared["width_ratio"] < 1.25)).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noisy_replay_predicts_the_held_out_budget_within_the_noise(seed):
+    result = run_backtest(paper_runs(noise=NOISE, seed=seed))
+    assert result.runs_rmse < 1.5 * NOISE
+    compared = result.cells.dropna(subset=["loss_error"])
+    assert len(compared) >= 2
+    assert (compared["loss_error"].abs() < 2.5 * NOISE).all()
+    assert "backtest: refit without C=2.15e+19" in result.text()
+
+
+def test_backtest_needs_three_budgets():
+    runs = paper_runs()
+    assert run_backtest(runs[runs["budget_flops"] < 2e18]) is None
+    two_left = runs[runs["budget_flops"] < 4e18]
+    assert np.unique(two_left["budget_flops"]).size == 3 and run_backtest(two_left) is not None
