@@ -8,7 +8,9 @@ width at fixed C and r), so the table needs nothing beyond the runs table.
 
 A cell with fewer than ``min_points`` distinct sizes is flagged "too_few_points"; one whose parabola opens
 downward or whose vertex lies outside the sampled sizes is flagged "no_interior_minimum" (PAPER.md: the parabola
-is biased when the grid is off-centre; an extrapolated optimum is not reported as one).
+is biased when the grid is off-centre; an extrapolated optimum is not reported as one). When such a cell's best
+run sits on an edge of the widths the sweep let it try (its ``cell_widths``), it is "bound_limited" instead,
+with that reason.
 
 Uncertainty: a residual bootstrap (refit to fitted values plus resampled residuals, inflated by
 sqrt(n / (n - 3))); resamples whose parabola has no interior minimum are dropped and their share reported as
@@ -68,6 +70,7 @@ def _cell(cell: pd.DataFrame, n_bootstrap: int, rng: np.random.Generator, tail: 
             "minimum below the smallest size" if center - coef[1] / (2 * coef[2]) < x.min()
             else "minimum above the largest size")
         row.update(status="no_interior_minimum", reason=f"parabola {side}")
+        row.update(_bound_limited(cell, y))
         return row, nothing
 
     interp = _interpolators(cell, x)
@@ -95,6 +98,23 @@ def _cell(cell: pd.DataFrame, n_bootstrap: int, rng: np.random.Generator, tail: 
     row.update(N_lo=np.exp(lo[0]), N_hi=np.exp(hi[0]), D_lo=np.exp(lo[1]), D_hi=np.exp(hi[1]), L_lo=lo[2],
                L_hi=hi[2], boot_valid=valid.mean())
     return row, cell_draws
+
+
+def _bound_limited(cell: pd.DataFrame, y: np.ndarray) -> dict[str, str]:
+    """Status "bound_limited" with its reason when the cell's best run sits on an edge of the widths the
+    cell may try (the ``cell_widths`` "lo-hi" a sweep records: s_min / s_max or the tokens-per-parameter
+    window): its optimum may lie beyond; else nothing."""
+    widths = {str(w) for w in cell.get("cell_widths", pd.Series(dtype=str))} - {"", "nan"}
+    if len(widths) != 1 or "s" not in cell:
+        return {}
+    lo, _, hi = widths.pop().partition("-")
+    best = float(cell["s"].to_numpy(float)[int(np.argmin(y))])
+    for edge, side, beyond in ((float(lo), "narrowest", "below"), (float(hi), "widest", "above")):
+        if abs(best - edge) < 1e-9:
+            return {"status": "bound_limited",
+                    "reason": f"best run at s={best:g}, the {side} width the cell may try (s_min/s_max or the "
+                              f"tokens_per_param window); its optimum may lie {beyond}: widen [widths]"}
+    return {}
 
 
 def _vertex(coef: np.ndarray, center: float, lo: float, hi: float) -> np.ndarray:

@@ -24,6 +24,7 @@ from .fit import DEFAULT_FIT_OPTIONS, FitOptions, FitSuite, fit_rows, fit_suite
 from .frontier import pareto_frontier, power_laws
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
+from .flops import flops_spent, flops_text
 from .runs import exclusions, template_of, usable_runs
 from .sizes import SizeCurve
 from .tables import write_all
@@ -66,6 +67,7 @@ class Analysis:
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
+            "flops_spent": flops_spent(self.runs),
             "template": self.template_note, "seconds": self.seconds,
         }
 
@@ -96,6 +98,9 @@ class Analysis:
         if self.backtest is not None:
             lines.append(self.backtest.text())
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
+        spent = s["flops_spent"]
+        lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
+                     + ", ".join(f"{k} {v:.2g}" for k, v in spent["per_cell"].items()))
         if s["cells_flagged"]:
             reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
             lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "

@@ -19,7 +19,7 @@ from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 
 RUN_COLUMNS = ("run_id", "sweep", "stage", "r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda",
                "N_once", "N_rec", "N_embed", "flops_per_token", "tokens", "flops_spent", "val_loss", "status")
-EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens")
+EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens", "cell_widths")
 NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                    "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
@@ -78,13 +78,14 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
         raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")
     runs = table.copy()
     defaults: dict[str, Any] = {"run_id": [f"row{i}" for i in range(len(runs))], "sweep": default_sweep,
-                                "stage": "search", "status": "ok", "reason": "", "objective": "", "cell": ""}
+                                "stage": "search", "status": "ok", "reason": "", "objective": "", "cell": "",
+                                "cell_widths": ""}
     for column in (*RUN_COLUMNS, *EXTRA_COLUMNS):
         if column not in runs.columns:
             runs[column] = defaults.get(column, np.nan)
     for column in NUMERIC_COLUMNS:
         runs[column] = pd.to_numeric(runs[column], errors="coerce")
-    for column in ("run_id", "sweep", "stage", "status", "reason", "objective", "cell"):
+    for column in ("run_id", "sweep", "stage", "status", "reason", "objective", "cell", "cell_widths"):
         runs[column] = runs[column].map(lambda v: "" if pd.isna(v) else str(v))
     runs["status"] = runs["status"].str.strip().str.lower().replace("", "ok")
 

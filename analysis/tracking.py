@@ -61,7 +61,8 @@ def _row(run, experiment: str) -> dict[str, Any]:
     metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
     row: dict[str, Any] = {
         "run_id": run.info.run_id, "sweep": tags.get("sweep", experiment), "stage": tags.get("stage", "search"),
-        "cell": tags.get("cell", ""), "objective": tags.get("objective", params.get("objective", "")),
+        "cell": tags.get("cell", ""), "cell_widths": tags.get("cell_widths", ""),
+        "objective": tags.get("objective", params.get("objective", "")),
         "seed": params.get("seed"),
     }
     for key in NUMERIC_KEYS:

@@ -127,7 +127,8 @@ class LawSurrogate:
         data = FitData(r=np.array([g.r for g, _, _ in at], float),
                        n_once=np.array([g.n_once[i] for g, i, _ in at]), n_rec=np.array([g.n_rec[i] for g, i, _ in at]),
                        log_d=np.log([g.tokens[i] for g, i, _ in at]), log_l=np.log([v for _, _, v in at]),
-                       cell=np.array([index[g.key] for g, _, _ in at]))
+                       cell=np.array([index[g.key] for g, _, _ in at]),
+                       budget=np.array([g.budget for g, _, _ in at]))
         starts = REFIT_STARTS if self.theta is not None else COLD_STARTS
         self.theta, _ = refit(data, self.theta, n_starts=starts, seed=self.seed + self.fits, max_iter=MAX_ITER)
         self.fits += 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from loopscale import objectives
+from loopscale.analysis.flops import paper_grid_reference
 from loopscale.model import LoopedConfig, LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
 
 from .spec import STAGES, Cell, SweepSpec
@@ -78,6 +79,36 @@ def _lr_note(spec: SweepSpec) -> str:
 def total_flops(spec: SweepSpec) -> float:
     """Upper bound on the FLOPs of every planned trial (a trial spends its budget to within one step)."""
     return sum(c.n_trials * c.budget for stage in STAGES for c in spec.cells(stage))
+
+
+def flops_estimate(spec: SweepSpec) -> str:
+    """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
+    optimum is located, between 3 widths per cell and the cap; next to the paper grid's figure when the cells
+    match it (analysis.flops)."""
+    cap = total_flops(spec)
+    text = f"total: at most {cap:.3g} FLOPs (each trial spends at most its budget)"
+    if spec.sampler == "law":
+        floor = sum(min(3, c.n_trials) * c.budget for c in spec.cells()) + sum(
+            c.n_trials * c.budget for c in spec.cells("calibrate"))
+        text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
+                f"3 widths per cell at least, trials_per_cell at most)")
+    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    if reference is not None:
+        text += f"; the paper's grid of 116 runs spent {reference:.3g} ({cap / reference:.0%} at most here)"
+    return text
+
+
+def edge_warnings(spec: SweepSpec) -> list[str]:
+    """A warning per cell whose first guess is an edge of its widths: if the optimum lies there, the cell
+    cannot bracket it and analysis will flag it bound-limited."""
+    warnings = []
+    for cell in spec.cells():
+        if len(cell.widths) > 1 and cell.first_guess in (cell.widths[0], cell.widths[-1]):
+            side = "narrowest" if cell.first_guess == cell.widths[0] else "widest"
+            warnings.append(f"warning: cell {cell.key}: the first guess s={cell.first_guess:g} is the {side} width "
+                            f"the cell may try (s_min/s_max or the tokens_per_param window); if its optimum lies "
+                            f"there, the cell cannot bracket it and will be flagged bound-limited: widen [widths]")
+    return warnings
 
 
 def measure_throughput(spec: SweepSpec, max_steps: int = 5, min_seconds: float = 0.5) -> Throughput | None:
@@ -169,7 +200,8 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
         lines += ["", f"cell {cell.key}: {cell.n_trials} trials over {len(cell.widths)} widths "
                       f"(* = first guess, ~{spec.first_guess_tokens_per_param:g} tokens per parameter)",
                   cell_table(spec, cell)]
-    lines += ["", f"total: {total_flops(spec):.3g} FLOPs (each trial spends at most its budget)"]
+    lines += [""] + edge_warnings(spec)
+    lines.append(flops_estimate(spec))
     if throughput is not None:
         lines.append(f"throughput here: {throughput.flops_per_s / 1e9:.1f} GFLOP/s per trial "
                      f"({throughput.device}, {throughput.shape})")

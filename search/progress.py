@@ -21,6 +21,7 @@ class CellProgress:
     best_loss: float = math.inf
     best_at: float | None = None  # the searched value (s, or the learning rate) of the best trial
     best_width: int | None = None
+    flops: float = 0.0  # FLOPs its trials spent
 
 
 class Progress:
@@ -59,7 +60,12 @@ class Progress:
         what = f"{key}={value:.3g} " + (f"val_loss {result['val_loss']:.4f}" if status == "ok" else status)
         best = f"best {c.best_loss:.4f} at {key}={c.best_at:.3g}" if c.best_at is not None else "no best yet"
         return (f"[{self.stage} {self.done:>{len(str(self.planned))}}/{self.planned}] {cell:<18} "
-                f"{c.done}/{c.planned}  {what:<28} {best:<26} ETA {self.eta()}")
+                f"{c.done}/{c.planned}  {what:<28} {best:<26} FLOPs {c.flops:.2g} cell, {self.flops:.2g} total  "
+                f"ETA {self.eta()}")
+
+    @property
+    def flops(self) -> float:
+        return sum(c.flops for c in self.cells.values())
 
     def eta(self) -> str:
         left = self.planned - self.done
@@ -72,23 +78,30 @@ class Progress:
 
     def table(self) -> str:
         rows = [f"{'cell':<18} {'trials':>7} {'failed':>6} {'diverged':>8} {'best val_loss':>13} "
-                f"{self.searched:>8} {'width':>6}"]
+                f"{self.searched:>8} {'width':>6} {'FLOPs':>8}"]
         for key, c in self.cells.items():
             loss, at = (f"{c.best_loss:.4f}", f"{c.best_at:.3g}") if c.best_at is not None else ("-", "-")
             rows.append(f"{key:<18} {f'{c.done}/{c.planned}':>7} {c.failed:>6} {c.diverged:>8} {loss:>13} {at:>8} "
-                        f"{c.best_width if c.best_width is not None else '-':>6}")
-        rows.append(f"{self.stage}: {self.done}/{self.planned} trials in {_clock(time.monotonic() - self.started)}")
+                        f"{c.best_width if c.best_width is not None else '-':>6} {c.flops:>8.2g}")
+        rows.append(f"{self.stage}: {self.done}/{self.planned} trials, {self.flops:.3g} FLOPs, in "
+                    f"{_clock(time.monotonic() - self.started)}")
         return "\n".join(rows)
 
     def _count(self, cell: str, result: dict[str, Any] | None, value: float) -> None:
         c = self.cells[cell]
         c.done += 1
+        if result is not None and _number(result.get("flops_spent")):
+            c.flops += float(result["flops_spent"])
         if result is None:
             c.failed += 1
         elif result.get("status", "ok") != "ok":
             c.diverged += 1
         elif result["val_loss"] < c.best_loss:
             c.best_loss, c.best_at, c.best_width = result["val_loss"], value, result.get("width")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clock(seconds: float) -> str:

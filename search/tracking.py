@@ -272,7 +272,8 @@ class TrialTracker:
         tags = {**self.tags, KIND_TAG: "trial", PARENT_TAG: self.parent_run_id, "sweep": self.sweep,
                 "stage": meta["stage"], "cell": meta["cell"], "r": str(trial_config["r"]),
                 "budget": f"{trial_config['budget_flops']:.6g}", "objective": trial_config["objective"],
-                "trial_key": key, "status": "running"}
+                "trial_key": key, "status": "running",
+                **({"cell_widths": meta["cell_widths"]} if "cell_widths" in meta else {})}
         self._open[key] = _Open(tags=tags, params=params,
                                 name=run_name(meta["stage"], trial_config))
 

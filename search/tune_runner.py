@@ -101,6 +101,7 @@ class CellStudy:
     def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any], surrogate: LawSurrogate | None = None):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
         self.budget, self.surrogate = cell.budget, surrogate
+        self.widths = f"{cell.widths[0]:g}-{cell.widths[-1]:g}"  # the cell's range, for analysis' bound check
         if cell.stage == "calibrate":
             cal = spec.calibrate
             self.space = functools.partial(lr_space, low=cal.low, high=cal.high)
@@ -215,6 +216,7 @@ class CellSearcher(Searcher):
         self._running[key][trial_id] = number
         searched = f"recipe.{study.lr_param}" if study.lr_param else "s"
         return {"trial": trial, "meta": {"stage": study.stage, "cell": key, "searched": searched,
+                                         "cell_widths": study.widths,
                                          "trial_key": f"{study.stage}/{key}/{study.asked}"}}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
