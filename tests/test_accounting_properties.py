@@ -9,6 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.model.accounting import inject_matmul_params
 
 
 @st.composite
@@ -17,12 +18,13 @@ def shapes(draw) -> LoopedConfig:
     n_recur = draw(st.integers(1, 4))
     prelude, coda = draw(st.integers(0, 3)), draw(st.integers(0, 3))
     head_dim = draw(st.sampled_from([8, 16, 32, 64, 128]))
+    injection = draw(st.sampled_from(["linear", "additive", "none", "hyperconnect"]))
     return LoopedConfig.iso_depth(
         draw(st.integers(1, 40)), r, depth=prelude + coda + r * n_recur, prelude=prelude, coda=coda,
         width_unit=draw(st.sampled_from([16, 32, 64])), head_dim=head_dim,
         seq_len=draw(st.integers(1, 4096)), vocab_size=draw(st.integers(2, 70_000)),
-        injection=draw(st.sampled_from(["linear", "additive", "none"])),
-        bptt_k=draw(st.one_of(st.none(), st.integers(1, r))))
+        injection=injection, lanes=draw(st.integers(1, 4)),  # hyperconnections refuse truncated backprop
+        bptt_k=None if injection == "hyperconnect" else draw(st.one_of(st.none(), st.integers(1, r))))
 
 
 def wider(config: LoopedConfig) -> LoopedConfig:
@@ -38,7 +40,9 @@ def test_counts_and_flops_are_positive_and_consistent(config):
     f = flops_per_token(config)
     # Every parameter of a forward-and-backward part is touched at least 2x (forward) per token.
     assert f >= 2 * (p.N_once + config.r * p.N_rec + p.lm_head)
-    assert f <= 6 * (p.N_once + config.r * p.N_rec + p.lm_head) + 12 * config.width * config.seq_len * (
+    # Upper bound: 6 per multiply-add; a hyperconnection lane weight multiplies a whole d-vector per token.
+    per_recurrence = p.recur + inject_matmul_params(config)
+    assert f <= 6 * (p.N_once + config.r * per_recurrence + p.lm_head) + 12 * config.width * config.seq_len * (
         config.effective_depth)
 
 

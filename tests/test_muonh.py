@@ -109,3 +109,20 @@ def test_the_update_moves_the_weights_by_lr_relative_to_their_norm():
 def test_refuses_non_matrices():
     with pytest.raises(ValueError, match="matrices only"):
         MuonH([torch.nn.Parameter(torch.ones(4))], lr=0.01)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bf16_orthogonalisation_on_cuda():
+    """On CUDA Polar Express runs in bf16: its singular values stay in the band (plus bf16 rounding), and the
+    fp32 weights still keep their initial norm, step after step."""
+    torch.manual_seed(4)
+    sv = torch.linalg.svdvals(polar_express(torch.randn(256, 1024, device="cuda")).float())
+    assert 0.8 < sv.min() and sv.max() < 1.2
+    w = torch.nn.Parameter(torch.randn(256, 1024, device="cuda"))
+    norm = float(w.detach().norm())
+    opt = MuonH([w], lr=0.1)
+    for _ in range(50):
+        w.grad = torch.randn_like(w)
+        opt.step()
+    assert float(w.detach().norm()) == pytest.approx(norm, rel=1e-5)
