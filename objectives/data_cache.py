@@ -115,9 +115,12 @@ class PackedData:
         epochs, positions = np.divmod(g, n)
         return np.concatenate([self._perm(int(e))[positions[epochs == e]] for e in np.unique(epochs)])
 
-    def train_batch(self, step: int, rows_per_step: int) -> np.ndarray:
-        """(rows_per_step, T + 1) int64 tokens of step ``step``."""
-        return self.train[self.train_rows(step, rows_per_step)].astype(np.int64)
+    def train_batch(self, step: int, rows_per_step: int, rank: int = 0, world: int = 1) -> np.ndarray:
+        """(rows_per_step / world, T + 1) int64 tokens of step ``step``: the ``rank``-th of ``world`` equal
+        contiguous parts of the step's rows (all of them for one worker)."""
+        rows = self.train_rows(step, rows_per_step)
+        part = len(rows) // world
+        return self.train[rows[rank * part:(rank + 1) * part]].astype(np.int64)
 
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perms:

@@ -18,16 +18,25 @@ Trial config keys beyond ``objectives.trial`` (defaults in brackets)::
 A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss ends the trial early with
 ``status = "diverged"`` and a ``reason``; it is returned, never raised. Steps, tokens and FLOPs then count
 what was actually trained.
+
+Data parallel: called in every process of an initialised ``torch.distributed`` group (k workers: Ray Train
+sets it up, search/tune_runner.py), each process trains the same model (same seed) on its ``1/k`` share of
+every optimizer step's rows, and ``DistributedDataParallel`` averages the gradients, so the update is the
+one-process update on the whole batch up to floating-point summation order: the global batch, tokens, FLOPs
+and the loss curve are those of one worker. Reported losses and the validation loss are averaged over the
+workers; tokens per second count all of them, and MFU divides by k devices' peak.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from loopscale.model import LoopedConfig, LoopedLM, runtime
 
@@ -73,7 +82,8 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     if plan["steps"] == 0:
         raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step of "
                          f"{batch_tokens} tokens at width {config.width}")
-    micro_rows = _micro_rows(recipe, batch_tokens, config.seq_len)
+    group = _Group.current()
+    micro_rows = _micro_rows(recipe, group.share(batch_tokens, config.seq_len), config.seq_len)
     if trial_config.get("num_threads"):
         torch.set_num_threads(int(trial_config["num_threads"]))
     device = runtime.pick_device(trial_config.get("device", "auto"))
@@ -83,8 +93,8 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     model = LoopedLM(config).to(device)
     lrs = group_lrs(recipe, trial_config["template"], config, plan["tokens"], batch_tokens)
     optimizers = build_optimizers(model, lrs, recipe)
-    step_model, _ = runtime.maybe_compile(model, device, recipe["compile"])
-    loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows)
+    step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"])
+    loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
 
     train_started = time.perf_counter()
     outcome = loop.run(plan["steps"], batch_tokens, report)
@@ -94,10 +104,10 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     tokens = steps_done * batch_tokens
     flops_spent = float(plan["flops_per_token"] * tokens)
     reason = outcome["reason"]
-    val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows)
+    val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows, group)
     if not reason and not math.isfinite(val_loss):
         reason = f"validation loss {val_loss} after step {steps_done}"
-    peak = device_peak_flops(device)
+    peak = device_peak_flops(device) * group.world
     bytes_per_token = packed.meta["bytes_per_token"]
     return {
         **plan,
@@ -119,29 +129,32 @@ class _TrainLoop:
     """The optimizer-step loop; the host reads the loss only every ``log_every`` steps (and after step 0)."""
 
     def __init__(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], packed: PackedData,
-                 recipe: dict[str, Any], device: torch.device, rows_per_step: int, micro_rows: int):
+                 recipe: dict[str, Any], device: torch.device, rows_per_step: int, micro_rows: int,
+                 group: "_Group"):
         self.model, self.optimizers, self.packed, self.recipe = model, optimizers, packed, recipe
-        self.device, self.rows_per_step, self.micro_rows = device, rows_per_step, micro_rows
+        self.device, self.rows_per_step, self.micro_rows, self.group = device, rows_per_step, micro_rows, group
 
     def run(self, steps: int, batch_tokens: int, report: Report | None) -> dict[str, Any]:
-        recipe, n_micro = self.recipe, self.rows_per_step // self.micro_rows
+        recipe, group = self.recipe, self.group
+        n_micro = self.rows_per_step // group.world // self.micro_rows
         window = torch.zeros((), device=self.device)  # summed step losses since the last check
         window_steps, first_loss, last_mean = 0, None, float("nan")
         for step in range(steps):
             set_lr(self.optimizers, lr_multiplier(recipe, step, steps))
-            batch = torch.from_numpy(self.packed.train_batch(step, self.rows_per_step)).to(self.device,
-                                                                                             non_blocking=True)
-            for micro in batch.split(self.micro_rows):
-                with runtime.autocast(self.device, recipe["bf16"]):
-                    loss = self.model(micro[:, :-1], micro[:, 1:])
-                (loss / n_micro).backward()
+            rows = self.packed.train_batch(step, self.rows_per_step, group.rank, group.world)
+            batch = torch.from_numpy(rows).to(self.device, non_blocking=True)
+            for i, micro in enumerate(batch.split(self.micro_rows)):
+                with group.sync_gradients(self.model, i == n_micro - 1):
+                    with runtime.autocast(self.device, recipe["bf16"]):
+                        loss = self.model(micro[:, :-1], micro[:, 1:])
+                    (loss / n_micro).backward()
                 window += loss.detach() / n_micro
             for optimizer in self.optimizers:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             window_steps += 1
             if step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps:
-                last_mean = window.item() / window_steps
+                last_mean = group.mean(window).item() / window_steps
                 window.zero_()
                 window_steps = 0
                 first_loss = last_mean if first_loss is None else first_loss
@@ -163,14 +176,17 @@ def _divergence(loss: float, first_loss: float, factor: float, step: int) -> str
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, packed: PackedData, device: torch.device, bf16: bool, rows: int) -> float:
-    """Mean cross-entropy (nats per token) over every target of the fixed validation rows."""
+def evaluate(model: torch.nn.Module, packed: PackedData, device: torch.device, bf16: bool, rows: int,
+             group: "_Group | None" = None) -> float:
+    """Mean cross-entropy (nats per token) over every target of the fixed validation rows (data parallel:
+    each worker takes every k-th chunk and the sums are added up)."""
+    group = group or _Group()
     total = torch.zeros((), device=device, dtype=torch.float64)
-    for start in range(0, len(packed.val), rows):
+    for start in range(group.rank * rows, len(packed.val), rows * group.world):
         chunk = torch.from_numpy(packed.val[start:start + rows].astype("int64")).to(device, non_blocking=True)
         with runtime.autocast(device, bf16):
             total += model(chunk[:, :-1], chunk[:, 1:]).double() * len(chunk)
-    return float(total.item() / len(packed.val))
+    return float(group.sum(total).item() / len(packed.val))
 
 
 def _micro_rows(recipe: dict[str, Any], batch_tokens: int, seq_len: int) -> int:
@@ -180,3 +196,49 @@ def _micro_rows(recipe: dict[str, Any], batch_tokens: int, seq_len: int) -> int:
         raise ValueError(f"recipe.micro_batch {micro} must be a multiple of seq_len {seq_len} and divide "
                          f"batch_tokens {batch_tokens}")
     return micro // seq_len
+
+
+class _Group:
+    """This process's place in a data-parallel group: rank and world size from an initialised
+    ``torch.distributed`` process group, else one worker (rank 0 of 1) for which every method is a no-op."""
+
+    def __init__(self, rank: int = 0, world: int = 1):
+        self.rank, self.world = rank, world
+
+    @classmethod
+    def current(cls) -> "_Group":
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    def share(self, batch_tokens: int, seq_len: int) -> int:
+        """Tokens per optimizer step of this worker: an equal share of whole rows."""
+        rows = rows_per_batch(batch_tokens, seq_len)
+        if rows % self.world:
+            raise ValueError(f"batch_tokens {batch_tokens} is {rows} rows of seq_len {seq_len}, which "
+                             f"{self.world} workers cannot share equally")
+        return batch_tokens // self.world
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """``DistributedDataParallel`` around the model when there are several workers. Buffers are not synced
+        before each forward (the model's are constants), so a forward pass alone, as in evaluation, communicates
+        nothing."""
+        if self.world == 1:
+            return model
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False)
+
+    def sync_gradients(self, model: torch.nn.Module, last_micro_batch: bool):
+        """Gradients are averaged once per optimizer step, in the backward pass of its last micro-batch."""
+        if self.world == 1 or last_micro_batch:
+            return contextlib.nullcontext()
+        return getattr(model, "_orig_mod", model).no_sync()
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            value = value.clone()
+            dist.all_reduce(value)  # SUM: the one reduction every backend (gloo, nccl) has
+        return value
+
+    def mean(self, value: torch.Tensor) -> torch.Tensor:
+        return self.sum(value) / self.world

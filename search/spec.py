@@ -34,7 +34,7 @@ Layout (every key optional unless marked)::
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
-    [resources]   # cpus, gpus per trial; max_concurrent; retries
+    [resources]   # cpus, gpus per trial (per worker); workers per trial (data-parallel); max_concurrent; retries
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ class SweepSpec:
     calibrate: Calibration | None
     cpus_per_trial: float
     gpus_per_trial: float
+    workers: int  # data-parallel workers of one training trial, each with cpus_per_trial and gpus_per_trial
     max_concurrent: int | None
     retries: int
     tracking_uri: str
@@ -194,11 +195,13 @@ class SweepSpec:
 
         data = t.table("data") if "data" in raw else None
         recipe = t.table("recipe") if "recipe" in raw else None
-        res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "max_concurrent", "retries"))
+        res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries"))
         cpus, gpus = res.number("cpus", default=1), res.number("gpus", default=0)
         require(cpus > 0 and gpus >= 0, f"[resources] needs cpus > 0 and gpus >= 0, got cpus={cpus}, gpus={gpus}")
         max_concurrent = res.int("max_concurrent")
         require(max_concurrent is None or max_concurrent >= 1, "[resources] max_concurrent must be >= 1")
+        workers = res.int("workers", default=1)
+        require(workers >= 1, f"[resources] workers must be >= 1, got {workers}")
         retries = res.int("retries", default=2)
         require(retries >= 0, f"[resources] retries must be >= 0, got {retries}")
 
@@ -212,7 +215,8 @@ class SweepSpec:
             first_guess_tokens_per_param=float(t.number("first_guess_tokens_per_param", default=20)),
             noise=float(sizes["noise"]), cell_noise=float(sizes["cell_noise"]), misspec=float(sizes["misspec"]),
             tolerance=float(tolerance), law=law, data=data, recipe=recipe, calibrate=None,
-            cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), max_concurrent=max_concurrent,
+            cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), workers=workers,
+            max_concurrent=max_concurrent,
             retries=retries,
             tracking_uri=resolve_tracking_uri(t.str("tracking_uri")),  # the flag, if any, is already in raw
             storage=_absolute(t.str("storage") or str(Path(DEFAULT_RUN_DIR) / "tune")),
@@ -276,19 +280,25 @@ class SweepSpec:
         return space.trial_config(self, cell, s, recipe)
 
     def resources(self, stage: str) -> dict[str, float]:
-        """Ray resources of one trial; a simulated trial needs one CPU whatever the spec asks of training."""
+        """Ray resources of one trial's worker; a simulated trial needs one CPU whatever the spec asks of
+        training."""
         if stage == "search" and self.objective == "simulate":
             return {"cpu": 1.0, "gpu": 0.0}
         return {"cpu": self.cpus_per_trial, "gpu": self.gpus_per_trial}
 
+    def workers_of(self, stage: str) -> int:
+        """Data-parallel workers of one trial of ``stage`` (a simulated trial is one process)."""
+        return 1 if stage == "search" and self.objective == "simulate" else self.workers
+
     def concurrency(self, stage: str, cpus_available: float) -> int:
         """Trials side by side: ``max_concurrent`` if given, else as many as the CPUs hold."""
-        return self.max_concurrent or max(1, int(cpus_available // self.resources(stage)["cpu"]))
+        per_trial = self.resources(stage)["cpu"] * self.workers_of(stage)
+        return self.max_concurrent or max(1, int(cpus_available // per_trial))
 
     def design(self) -> dict[str, Any]:
         """What the sweep measures: every field but where it runs and logs (those may move between resumes)."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
-                "delay_s", "journal", "rendezvous"}
+                "workers", "delay_s", "journal", "rendezvous"}
         design = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         if not design["faults"]:
             del design["faults"]  # so a spec without faults keeps the hash it had before they existed

@@ -10,7 +10,10 @@ widths without replacement needs the study's ask/tell, and the search-quality be
 ``CellStudy`` without Ray.)
 
 The trial (``run_trial``) calls ``objectives.simulate`` or ``objectives.train``; the driver logs to MLflow
-through ``TrackingCallback`` and prints progress through ``ProgressCallback``.
+through ``TrackingCallback`` and prints progress through ``ProgressCallback``. A training trial with
+``[resources] workers = k > 1`` runs data-parallel through Ray Train inside its Tune trial
+(``train_data_parallel``): a ``TorchTrainer`` of k workers (gloo on CPUs, NCCL on GPUs), whose progress
+reaches Tune through ``TuneReportCallback``, exactly as a one-worker trial's does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 import math
 import os
 import pickle
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,7 +243,8 @@ class CellSearcher(Searcher):
 
 
 # ---- the trial -----------------------------------------------------------------------------------------
-def run_trial(config: dict[str, Any], receipts: str = "") -> None:
+def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
+              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "") -> None:
     """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
 
     The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
@@ -253,13 +258,61 @@ def run_trial(config: dict[str, Any], receipts: str = "") -> None:
     if result is None:
         if trial["objective"] == "simulate":
             result = checked(objectives.simulate(trial))
+        elif workers > 1:
+            result = checked(train_data_parallel(trial, workers, worker_resources or {}, data_parallel_dir))
         else:
             result = checked(objectives.train(trial, report=tune.report))
-        # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes)
-        result = {**result, "node": ray.get_runtime_context().get_node_id()}
+        # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
+        # a data-parallel trial's workers' nodes, in rank order, comma-separated
+        result = {"node": ray.get_runtime_context().get_node_id(), **result}
         if receipt:
             receipt.save(result)
     tune.report(result)
+
+
+def train_data_parallel(trial: dict[str, Any], workers: int, resources: dict[str, float],
+                        storage: str) -> dict[str, Any]:
+    """Train one trial data-parallel on ``workers`` Ray Train workers of ``resources`` each (Ray Train V2's
+    ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
+    this trial). Ray Train retries nothing (Tune's ``FailureConfig`` does, as for every trial); the final result
+    comes back from rank 0 as a JSON file under ``storage`` (the sweep's storage, which every node sees), where
+    Ray Train keeps its run state too."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    run = f"{tune.get_context().get_trial_id()}-{time.time_ns()}"  # a fresh Ray Train run per attempt
+    final = JsonFile(f"{storage.rstrip('/')}/{run}.result.json")
+    gpus = resources.get("gpu", 0.0)
+    trainer = TorchTrainer(
+        functools.partial(_data_parallel_worker, result_file=final.path),
+        train_loop_config=trial,
+        torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
+                                               resources_per_worker={"CPU": resources.get("cpu", 1.0),
+                                                                     **({"GPU": gpus} if gpus > 0 else {})}),
+        run_config=ray.train.RunConfig(name=run, storage_path=storage, callbacks=[TuneReportCallback()],
+                                       failure_config=ray.train.FailureConfig(max_failures=0)))
+    trainer.fit()
+    result = final.load()
+    if result is None:
+        raise RuntimeError("data-parallel trial finished without a result from rank 0")
+    return result
+
+
+def _data_parallel_worker(trial: dict[str, Any], result_file: str) -> None:
+    """One Ray Train worker: train on this worker's share (objectives.train), report progress from every
+    worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
+    import ray.train
+    import ray.train.torch
+    import torch.distributed as dist
+
+    trial = {**trial, "device": str(ray.train.torch.get_device())}
+    result = objectives.train(trial, report=ray.train.report)
+    nodes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+    if dist.get_rank() == 0:
+        JsonFile(result_file).save({**result, "node": ",".join(nodes)})
 
 
 def checked(result: dict[str, Any]) -> dict[str, Any]:
@@ -492,8 +545,13 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
     # report wrote 14x the bytes, 1.3 GB for an 8-trial demo-sized sweep, and cost 1.5 s of driver CPU per trial.)
     os.environ[SNAPSHOT_ENV] = snapshot_period or "2"
     path = f"{spec.storage.rstrip('/')}/{spec.name}/{stage}"
-    trainable = tune.with_resources(tune.with_parameters(run_trial, receipts=f"{path}/receipts"),
-                                    spec.resources(stage))
+    workers = spec.workers_of(stage)
+    # a data-parallel trial's own process only waits for its Ray Train workers, which hold the CPUs and GPUs
+    # (Tune needs some resource in a trial's request: a MiB of memory)
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, receipts=f"{path}/receipts", workers=workers,
+                             worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel"),
+        spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
     if tune.Tuner.can_restore(path):
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:

@@ -33,7 +33,7 @@ MUTATIONS = settings(SETTINGS, max_examples=200)  # cheap: a mutated spec fails 
 TABLE_KEYS = {
     "template": TEMPLATE_KEYS, "widths": ("s_min", "s_max", "tokens_per_param"),
     "simulate": ("noise", "law", "delay_s", "journal", "faults"),
-    "resources": ("cpus", "gpus", "max_concurrent", "retries"),
+    "resources": ("cpus", "gpus", "workers", "max_concurrent", "retries"),
 }
 
 
@@ -104,6 +104,7 @@ def spec_to_raw(spec: SweepSpec) -> dict[str, Any]:
     widths = {"s_min": spec.s_min, "s_max": spec.s_max,
               **({"tokens_per_param": list(spec.tokens_per_param)} if spec.tokens_per_param else {})}
     resources = {"cpus": spec.cpus_per_trial, "gpus": spec.gpus_per_trial, "retries": spec.retries,
+                 "workers": spec.workers,
                  **({"max_concurrent": spec.max_concurrent} if spec.max_concurrent else {})}
     return {
         "name": spec.name, "objective": spec.objective, "seed": spec.seed, "budgets": list(spec.budgets),
@@ -229,7 +230,7 @@ KINDS: dict[tuple[str, ...], str] = {
     ("simulate", "noise"): "number", ("simulate", "law"): "table", ("simulate", "delay_s"): "number",
     ("simulate", "journal"): "str", ("simulate", "faults"): "table",
     ("resources", "cpus"): "number", ("resources", "gpus"): "number",
-    ("resources", "max_concurrent"): "int", ("resources", "retries"): "int",
+    ("resources", "max_concurrent"): "int", ("resources", "retries"): "int", ("resources", "workers"): "int",
     **{(k,): "table" for k in ("template", "widths", "simulate", "data", "recipe", "calibrate", "resources")},
 }
 WRONG: dict[str, st.SearchStrategy] = {
@@ -279,6 +280,7 @@ OUT_OF_RANGE: dict[tuple[str, ...], Any] = {
     ("resources", "gpus"): lambda raw: st.floats(max_value=0, exclude_max=True) | st.just(math.nan),
     ("resources", "retries"): lambda raw: st.integers(max_value=-1),
     ("resources", "max_concurrent"): lambda raw: st.integers(max_value=0),
+    ("resources", "workers"): lambda raw: st.integers(max_value=0),
     ("template", "head_dim"): lambda raw: st.integers(max_value=0) | st.sampled_from([3, 5, 7]),
     ("template", "width_unit"): lambda raw: st.integers(max_value=0),
     ("template", "depth"): lambda raw: st.integers(max_value=raw["template"]["prelude"] + raw["template"]["coda"]),
