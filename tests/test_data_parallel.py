@@ -24,7 +24,7 @@ def tiny_training_sweep(tmp_path, name, workers, **overrides):
     return write_spec(tmp_path, f"{name}.toml", name=name, objective="train", budgets=[5e9], recurrences=[2],
                       trials_per_cell=1, sampler="grid", widths={"s_min": 2, "s_max": 2}, val_tokens=2048,
                       template={"vocab_size": 256}, data={"source": "kjv"},
-                      recipe={"base_lr": 0.02, "log_every": 2},
+                      recipe={"base_lr": 0.04, "ref_batch": 512, "log_every": 2},
                       resources={"cpus": 1, "workers": workers, "retries": 0}, **overrides)
 
 
