@@ -39,6 +39,7 @@ from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact,
 from loopscale.objectives import METRIC_KEYS, model_config
 
 from .spec import SweepSpec
+from .ui import VIEW_TAG, runs_view
 
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
@@ -110,8 +111,9 @@ def code_version() -> str:
 
 
 def experiment_tags(spec: SweepSpec) -> dict[str, str]:
-    """Tags that make the MLflow UI open the sweep as training runs (not its GenAI trace view), with a note."""
-    return {"mlflow.experimentKind": "custom_model_development",
+    """Tags that make the MLflow UI open the sweep as training runs (not its GenAI trace view) in the sweep's
+    runs view (``ui.runs_view``), with a note."""
+    return {"mlflow.experimentKind": "custom_model_development", VIEW_TAG: runs_view(),
             "mlflow.note.content": f"loopscale sweep {spec.name!r}: {len(spec.cells())} (budget, r) cells, "
                                    f"objective {spec.objective}. One run per trial (name: stage, budget C, r, "
                                    "width d); the 'analysis' run holds the fitted law, tables and plots."}

@@ -7,6 +7,7 @@ cleanly on Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,13 +19,39 @@ import time
 from loopscale.analysis.store import check_server, check_store, redact
 
 LOOPBACK = "127.0.0.1"
+# MLflow 3.17's shared view state: the experiment page with ``?viewStateShareKey=K`` loads the JSON in the
+# experiment tag ``mlflow.sharedViewState.K`` (what the UI's Share button writes; plain JSON is accepted beside
+# its compressed form). Its keys are the UI's search facets (orderByKey, orderByAsc, ...) and view state
+# (selectedColumns, groupBy, ...), read from mlflow/server/js's build of 3.17.
+VIEW_KEY = "loopscale"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+# What a trial is and what it scored; each trial logs them as metrics (objectives.METRIC_KEYS).
+VIEW_METRICS = ("r", "budget_flops", "width", "N", "tokens", "val_loss")
+
+
+def runs_view() -> str:
+    """The runs table a sweep opens on: the run name, r, budget, width, N, tokens and val_loss as columns,
+    sorted by val_loss (best first) and grouped by (budget, r) cell, every run shown."""
+    run_name = "attributes.`Run Name`"
+    metrics = [f"metrics.`{key}`" for key in VIEW_METRICS]
+    return json.dumps({
+        "orderByKey": "metrics.`val_loss`", "orderByAsc": True,
+        "selectedColumns": [run_name, *metrics], "runsHiddenMode": "SHOW_ALL",
+        # names in full (e.g. "search C=1e+13 r=4 d=112") and metrics in VIEW_METRICS' order, not alphabetical
+        "columnOrder": [run_name, *metrics], "columnWidths": {run_name: 240, **{m: 110 for m in metrics}},
+        "groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": "cell"}]},
+        # the runs without a cell (the sweep's run, the analysis run) form a group named after the grouping,
+        # collapsed unless listed here
+        "groupsExpanded": {"tag.cell": True},
+    })
 
 
 def experiment_url(base: str, experiment_id: str | None) -> str:
-    """The experiment's runs table; MLflow 3 otherwise opens its GenAI trace view, empty for training runs."""
+    """The experiment's runs table in the sweep's view (``runs_view``); MLflow 3 otherwise opens its GenAI
+    trace view, empty for training runs."""
     if not experiment_id:
         return f"{base}/#/experiments?workflowType=machine_learning"
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -106,9 +133,12 @@ def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
         return None
     from mlflow import MlflowClient
 
-    experiment = MlflowClient(tracking_uri).get_experiment_by_name(name)
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(name)
     if experiment is None:
         raise ValueError(f"no experiment {name!r} in {redact(tracking_uri)}; run `loopscale search` first")
+    if VIEW_TAG not in experiment.tags:  # a sweep logged before the view existed
+        client.set_experiment_tag(experiment.experiment_id, VIEW_TAG, runs_view())
     return experiment.experiment_id
 
 

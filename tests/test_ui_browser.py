@@ -66,8 +66,9 @@ def page():
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        # tall enough that the runs grid (virtualised: it renders only visible rows) shows every run at once
-        yield browser.new_page(viewport={"width": 1600, "height": 2400})
+        # big enough that the runs grid (virtualised: it renders only visible rows and columns) shows every run
+        # and every column of the sweep's view at once
+        yield browser.new_page(viewport={"width": 2400, "height": 2400})
         browser.close()
 
 
@@ -101,3 +102,32 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
     page.wait_for_function("img => img.complete && img.naturalWidth > 300 && img.naturalHeight > 200",
                            arg=image.element_handle(), timeout=60_000)
     page.screenshot(path=str(SHOTS / "analysis_isoflop.png"), full_page=True)
+
+
+def test_the_sweep_opens_in_its_view_by_cell_sorted_by_loss(ui, page):
+    """The URL `loopscale ui` prints opens the sweep's shared view: r, budget, width, N, tokens and val_loss
+    as columns in that order, runs grouped by cell, each group best first and the groups by their best loss."""
+    url, _ = ui
+    assert "viewStateShareKey=loopscale" in url
+    page.goto(url)
+    page.locator(".ag-header-cell[col-id='metrics.`val_loss`']").wait_for(timeout=90_000)
+    page.get_by_text("21 matching runs").wait_for(timeout=60_000)
+    page.get_by_text("Group: C=1e+13,r=4").wait_for(timeout=30_000)
+    page.screenshot(path=str(SHOTS / "runs_view.png"), full_page=True)
+    headers = page.eval_on_selector_all(".ag-header-row-column .ag-header-cell[col-id^='metrics.']",
+                                        "els => els.map(e => [e.getBoundingClientRect().x, e.getAttribute('col-id')])")
+    assert [col for _, col in sorted(headers)] == [f"metrics.`{k}`" for k in
+                                                   ("r", "budget_flops", "width", "N", "tokens", "val_loss")]
+    rows = page.eval_on_selector_all(".ag-center-cols-container .ag-row", """els => els.map(e =>
+        [Number(e.getAttribute('row-index')), (e.querySelector("[col-id='metrics.`val_loss`']") || {}).innerText])""")
+    groups = []  # per group (its min row first): the val_loss of its runs, top to bottom
+    for _, text in sorted(rows):
+        if text.endswith("(min)"):
+            groups.append([text.removesuffix(" (min)")])
+        else:
+            groups[-1].append(text)
+    groups = [[float(v) for v in g] for g in groups if g[0] != "-"]  # the last group: runs without a cell
+    assert len(groups) == 7  # 6 search cells + the calibration cell
+    for group in groups:
+        assert group[1:] == sorted(group[1:]) and group[0] == group[1], group
+    assert [g[0] for g in groups] == sorted(g[0] for g in groups)
