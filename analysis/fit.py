@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from scipy.optimize import minimize
 from loopscale.model import JointLaw
 
 from .frontier import pareto_frontier
+from .identify import phi_problems
 from .isoflop import cell_optima
 from .optimize import BatchResult, Stop, minimize_batch
 from .runs import usable_runs
@@ -137,6 +139,7 @@ class FitStatus(enum.Enum):
     CONVERGED = "converged"
     AT_BOUND = "at_bound"            # a free parameter sits on its bound: the optimum may lie outside
     STOPPED_EARLY = "stopped_early"  # the projected gradient at the answer is not small
+    UNIDENTIFIED = "unidentified"    # converged, but the data do not determine phi (analysis.identify)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +174,7 @@ class LawFit:
     bootstrap_stopped_early: int
     confidence: float
     bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order
+    warnings: tuple[str, ...] = ()   # why phi is not identified (status UNIDENTIFIED)
 
     @property
     def law(self) -> JointLaw:
@@ -189,6 +193,7 @@ class LawFit:
         out["ci"] = {k: list(v) for k, v in self.ci.items()}
         out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
         out["at_bound"] = list(self.at_bound)
+        out["warnings"] = list(self.warnings)
         return out
 
 
@@ -505,6 +510,16 @@ def _constants(theta: np.ndarray) -> np.ndarray:
     return np.stack([np.exp(e), np.exp(a), alpha, np.exp(b), beta, phi], axis=1)
 
 
+def with_identification(joint: LawFit, phi0: LawFit, bounds: Bounds) -> LawFit:
+    """``joint`` marked UNIDENTIFIED (if it had converged) with the reasons when the data do not determine its
+    phi; ``phi0`` is the same fit with phi fixed at 0."""
+    problems = tuple(phi_problems(joint, phi0, bounds.phi))
+    if not problems:
+        return joint
+    status = FitStatus.UNIDENTIFIED if joint.status is FitStatus.CONVERGED else joint.status
+    return dataclasses.replace(joint, status=status, warnings=problems)
+
+
 @dataclass(frozen=True, eq=False)
 class FitSuite:
     """The joint fit next to the paper's comparisons: phi fixed at 0 and at 1, and a Chinchilla fit per r."""
@@ -524,21 +539,31 @@ class FitSuite:
                               "status": f.status.value} for name, f in rows])
 
 
-def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS, **overrides: Any) -> FitSuite:
+def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS,
+              progress: Callable[[str], None] | None = None, **overrides: Any) -> FitSuite:
     """``fit_joint_law`` with bootstrap, the restricted fits (phi = 0, phi = 1) and per-r Chinchilla fits.
 
-    The comparison fits skip the bootstrap: only the joint fit's interval is reported. A per-r fit is
+    The comparison fits skip the bootstrap: only the joint fit's interval is reported. A joint fit that
+    converged although its phi is not identified (its interval reaches a bound, or phi = 0 fits as well) is
+    returned as UNIDENTIFIED with the reasons in ``warnings`` (``analysis.identify``). A per-r fit is
     L = E + A N^-alpha + B D^-beta on that r's runs (phi fixed at 0 makes N_eff = N_once + N_rec = N);
-    r values with too few runs for five parameters are left out.
+    r values with too few runs for five parameters are left out. ``progress`` is called with a line before
+    each fit (the joint fit with its bootstrap takes most of the time).
     """
     options = with_overrides(options, overrides)
+    say = progress or (lambda line: None)
+    say(f"joint fit: {options.n_starts} starts, {options.n_bootstrap} block-bootstrap resamples")
     joint = fit_joint_law(runs, options=options)
     quick = dataclasses.replace(options, n_bootstrap=0)
+    say("restricted fits: phi = 0, phi = 1")
     phi0 = fit_joint_law(runs, options=quick, fix_phi=0.0)
     phi1 = fit_joint_law(runs, options=quick, fix_phi=1.0)
+    joint = with_identification(joint, phi0, options.bounds)
     usable = usable_runs(runs, stage=options.stage)
     per_r = {}
-    for r in sorted(usable["r"].unique()):
+    recurrences = sorted(usable["r"].unique())
+    say(f"per-r Chinchilla fits: r = {', '.join(str(int(r)) for r in recurrences)}")
+    for r in recurrences:
         subset = usable[usable["r"] == r]
         if len(fit_rows(subset, options)) > 5:
             per_r[int(r)] = fit_joint_law(subset, options=quick, fix_phi=0.0)
