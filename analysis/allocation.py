@@ -19,6 +19,9 @@ one):
   equiv_r1_width / _flops  the non-looped model with N = N_eff (same predicted loss on the same D tokens) and
                            the compute it needs, F_1(d_eq) * D
   r1_optimal_flops_to_match  the budget at which the compute-optimal non-looped model reaches the same loss
+
+``buildable`` keeps what a user builds and trains: budget, r, built width and heads, N, D, D/N and loss, with
+units in the column names; ``readable`` formats it for reading (Markdown, LaTeX, the terminal).
 """
 
 from __future__ import annotations
@@ -111,10 +114,11 @@ def _built(law: JointLaw, curve: SizeCurve, width: float, budget: float, batch_t
         sizes = curve.sizes(w)
         loss = float(law.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens))
         if best is None or loss < best["loss_built"]:
-            best = {"width_built": w, "s_built": w / curve.width_unit, "tokens_built": tokens,
+            best = {"width_built": w, "s_built": w / curve.width_unit, "heads_built": w // unit,
+                    "N_built": float(sizes["N"]), "tokens_built": tokens,
                     "flops_built": float(sizes["F"]) * tokens, "loss_built": loss}
-    return best or {"width_built": np.nan, "s_built": np.nan, "tokens_built": 0, "flops_built": 0.0,
-                    "loss_built": np.nan}
+    return best or {"width_built": np.nan, "s_built": np.nan, "heads_built": np.nan, "N_built": np.nan,
+                    "tokens_built": 0, "flops_built": 0.0, "loss_built": np.nan}
 
 
 def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float) -> float:
@@ -134,3 +138,48 @@ def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float)
         if hi > np.log(budget) + 60:
             return np.inf
     return float(np.exp(brentq(gap, lo, hi, xtol=1e-10)))
+
+
+# The short table: the buildable model per (budget, r); column -> header with its unit.
+BUILDABLE = {"budget_flops": "budget (FLOPs)", "r": "r", "width_built": "width", "heads_built": "heads",
+             "N_built": "N (params)", "tokens_built": "D (tokens)", "tokens_per_param_built": "D/N",
+             "loss_built": "loss (nats)"}
+
+
+def buildable(table: pd.DataFrame) -> pd.DataFrame:
+    """The buildable model of each row of an ``allocation_table``: N is the built model's unique
+    non-embedding parameters, D its tokens for whole optimizer steps."""
+    short = table.assign(tokens_per_param_built=table["tokens_built"] / table["N_built"])[list(BUILDABLE)]
+    counts = ["r", "width_built", "heads_built", "N_built", "tokens_built"]
+    if short[counts].notna().all().all():  # whole numbers read as such (51552, not 51552.0)
+        short = short.astype({c: "int64" for c in counts})
+    return short.rename(columns=BUILDABLE)
+
+
+def readable(short: pd.DataFrame) -> pd.DataFrame:
+    """``buildable``'s table as text in one format per column: budgets as 1.00e+18, counts with an SI suffix
+    and 3 significant digits (412M, 8.21B), D/N with one decimal, loss with three."""
+    formats = {"budget (FLOPs)": "{:.2e}".format, "r": _integer, "width": _integer, "heads": _integer,
+               "N (params)": si, "D (tokens)": si, "D/N": "{:.1f}".format, "loss (nats)": "{:.3f}".format}
+    return pd.DataFrame({c: [("" if pd.isna(v) else formats[c](v)) for v in short[c]] for c in short.columns})
+
+
+def si(value: float) -> str:
+    """A count with 3 significant digits and a k/M/B/T suffix: 51552 -> 51.6k, 13000 -> 13.0k, 8.21e9 -> 8.21B."""
+    rounded = float(f"{value:.3g}")
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(rounded) >= scale:
+            mantissa = rounded / scale
+            decimals = max(0, 2 - int(np.floor(np.log10(abs(mantissa)))))  # 3 digits, trailing zeros kept
+            return f"{mantissa:.{decimals}f}{suffix}"
+    return f"{rounded:g}"
+
+
+def _integer(value: float) -> str:
+    return str(int(value))
+
+
+def outside_fitted(budgets, fitted_budgets) -> list[float]:
+    """The budgets that lie outside the range of budgets the law was fitted on (extrapolations)."""
+    lo, hi = min(fitted_budgets), max(fitted_budgets)
+    return [float(c) for c in budgets if not lo * (1 - 1e-9) <= c <= hi * (1 + 1e-9)]

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from loopscale.model import PAPER_LAW
 
-from .allocation import allocation_table
+from .allocation import allocation_table, buildable, outside_fitted, readable
 from .compare import compare_runs, excluded_text
-from .fit import DATA_MODES, INTERVAL_METHODS, FitOptions, fit_joint_law
+from .fit import DATA_MODES, INTERVAL_METHODS, FitOptions, fit_joint_law, with_identification
+from .identify import likely_fixes
+from .isoflop import cell_optima
 from .report import analyze, template_mismatch
 from .runs import load_runs, template_of, usable_runs
 from .store import DEFAULT_RUN_DIR
@@ -63,6 +66,10 @@ def register(subparsers) -> None:
     export_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
                           help="recurrence counts, comma-separated (default: the sweep's, or 1,2,4,8)")
     export_p.add_argument("--format", choices=list(FORMATS), default="csv", help="table format (default csv)")
+    export_p.add_argument("--full", action="store_true",
+                          help="every column (continuous optimum, N_once/N_rec, N_eff, gap to r=1, equivalent "
+                               "non-looped model, ...); default: the buildable model per budget and r (budget, "
+                               "r, width, heads, N, D, D/N, loss)")
     export_p.add_argument("--out", type=Path, default=None, help="output file (default: standard output)")
     _fit_arguments(export_p, bootstrap_default=0)
     export_p.set_defaults(func=run_export)
@@ -113,8 +120,13 @@ def run_analyze(args: argparse.Namespace) -> int:
     options = _options(args)
     runs = load_runs(args.experiment, args.tracking_uri)
     name = Path(args.experiment).stem if runs.attrs.get("tracking_uri") is None else args.experiment
-    result = analyze(runs, name=name, options=options, budgets=args.budgets, recurrences=args.recurrences)
+    if args.budgets:
+        warn_extrapolation(args.budgets, usable_runs(runs, stage=options.stage)["budget_flops"])
+    progress = Progress()
+    result = analyze(runs, name=name, options=options, budgets=args.budgets, recurrences=args.recurrences,
+                     progress=progress)
     out = args.out or DEFAULT_OUT / name
+    progress(f"writing tables and plots to {out}")
     written = result.write(out)
     print(result.summary_text())
     print(f"wrote {len(written)} files to {out}")
@@ -127,6 +139,16 @@ def run_analyze(args: argparse.Namespace) -> int:
         print(f"logged to MLflow run {run_id} of experiment {args.experiment!r}"
               + (f" (replaced {len(replaced)} earlier analysis run(s))" if replaced else ""))
     return 0
+
+
+class Progress:
+    """Progress lines on stderr, each with the seconds since the analysis started (stdout stays the report)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, line: str) -> None:
+        print(f"[{time.perf_counter() - self.started:5.1f} s] {line}", file=sys.stderr, flush=True)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -143,12 +165,22 @@ def run_export(args: argparse.Namespace) -> int:
         if mismatch:
             raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
         law = fit_joint_law(runs, options=options)
+        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
+                                  options.bounds)
         print(f"{args.experiment}: fitted {law.n_runs} runs, phi {law.phi:.3f} [{law.status.value}]; excluded "
               f"{excluded_text(runs, options.stage)}", file=sys.stderr)
+        fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
+        for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
+            print(line, file=sys.stderr)
         budgets = args.budgets or sorted(used["budget_flops"].unique())
         recurrences = args.recurrences or sorted(int(r) for r in used["r"].unique())
+        warn_extrapolation(budgets, used["budget_flops"])
     extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     table = allocation_table(law, budgets, recurrences, template=template, **extra)
+    if not args.full:
+        table = buildable(table)
+        if args.format in ("md", "latex"):
+            table = readable(table)
     text = render(table, args.format)
     if args.out is None:
         sys.stdout.write(text)
@@ -157,6 +189,15 @@ def run_export(args: argparse.Namespace) -> int:
         args.out.write_text(text)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
+
+
+def warn_extrapolation(budgets, fitted_budgets) -> None:
+    """A warning line on stderr for budgets outside the fitted range: the law is extrapolated there."""
+    outside = outside_fitted(budgets, fitted_budgets)
+    if outside:
+        print(f"loopscale: warning: budget(s) {', '.join(f'{c:.3g}' for c in outside)} lie outside the fitted "
+              f"budgets {min(fitted_budgets):.3g} to {max(fitted_budgets):.3g} FLOPs: the law is extrapolated "
+              "there", file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:

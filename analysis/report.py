@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .allocation import allocation_table
+from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .fit import DEFAULT_FIT_OPTIONS, FitOptions, FitSuite, fit_rows, fit_suite
-from .frontier import pareto_frontier, power_laws
+from .frontier import MIN_CELLS, pareto_frontier, power_laws
+from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
-from .runs import exclusions, template_of, usable_runs
+from .runs import excluded_runs, exclusions, template_of, usable_runs
 from .sizes import SizeCurve
 from .tables import write_all
 
@@ -69,6 +71,7 @@ class Analysis:
             "backtest": self.backtest.summary() if self.backtest else None,
             "flops_spent": flops_spent(self.runs),
             "template": self.template_note, "seconds": self.seconds,
+            "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
         }
 
     def gap_ranges(self) -> dict[str, list[float]]:
@@ -106,8 +109,15 @@ class Analysis:
             lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "
                          f"{len(self.optima.table)} (" + "; ".join(f"{n} {why}" for why, n in reasons.items())
                          + "); see tables/cell_optima")
+        if joint.warnings:
+            lines += [f"warning: {problem}" for problem in joint.warnings]
+            lines += [f"  likely fix: {fix}" for fix in s["likely_fixes"]]
         if self.allocation is None:
             lines.append(f"allocation table skipped: {self.template_note}")
+        else:
+            lines.append("compute-optimal models under the fitted law (buildable; every column: "
+                         "tables/allocation):")
+            lines.append(readable(buildable(self.allocation)).to_string(index=False))
         return "\n".join(lines)
 
     def write(self, out_dir: Path) -> list[Path]:
@@ -156,19 +166,23 @@ class Analysis:
 
 
 def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT_FIT_OPTIONS,
-            budgets=None, recurrences=None) -> Analysis:
-    """Per-cell optima, frontier, power laws, the fit suite and the allocation table of a runs table."""
+            budgets=None, recurrences=None, progress: Callable[[str], None] | None = None) -> Analysis:
+    """Per-cell optima, frontier, power laws, the fit suite and the allocation table of a runs table;
+    ``progress`` gets a line as each step starts."""
+    say = progress or (lambda line: None)
     start = time.perf_counter()
     used = usable_runs(runs, stage=options.stage)
     if used.empty:
         counts = exclusions(runs, stage=options.stage)
         detail = "; ".join(f"{c} {s} ({why})" for s, why, c in counts.itertuples(index=False))
         raise ValueError(f"no usable runs in {name or 'the table'}: {detail or 'none ok'}")
+    say(f"{len(used)} runs in {used.groupby(['budget_flops', 'r']).ngroups} cells: IsoFLOP optima, frontier, "
+        "power laws")
     optima = cell_optima(used, stage=None, n_bootstrap=options.n_bootstrap, seed=options.seed,
                          confidence=options.confidence)
     frontier = pareto_frontier(used, stage=None)
     laws = power_laws(optima, confidence=options.confidence)
-    suite = fit_suite(runs, options=options)
+    suite = fit_suite(runs, options=options, progress=say)
     budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
     recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
     template, batch_tokens, note = template_of(runs)
@@ -177,11 +191,13 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     if mismatch:
         note = mismatch
     else:
+        say("allocation tables")
         allocation = allocation_table(suite.joint, budgets, recurrences, template=template,
                                       batch_tokens=batch_tokens)
         fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
+    say("backtest: the law refitted without the largest budget (when 3 or more were run)")
     held_out = backtest(runs, optima, options=options, template=None if mismatch else template,
                         batch_tokens=batch_tokens)
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
@@ -214,16 +230,31 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
                               for k in ("E", "A", "alpha", "B", "beta", "phi")])
     rmse = pd.DataFrame([{"r": r, "rmse_joint": v, "rmse_per_r_fit": a.suite.per_r[r].rmse if r in a.suite.per_r
                           else np.nan} for r, v in sorted(joint.rmse_per_r.items())])
-    excluded_rows = a.runs[a.runs["status"] != "ok"][["run_id", "stage", "r", "budget_flops", "status", "reason"]]
     tables = {"fits": a.suite.table(), "joint_constants": constants, "rmse_per_r": rmse,
-              "cell_optima": a.optima.table, "frontier": _frontier_columns(a.frontier), "power_laws": a.power_laws,
-              "excluded": exclusions(a.runs, stage=a.options.stage), "excluded_runs": excluded_rows,
+              "cell_optima": a.optima.table, "frontier": _frontier_columns(a.frontier),
+              "power_laws": _power_law_rows(a.power_laws, a.optima.table),
+              "excluded": exclusions(a.runs, stage=a.options.stage),
+              "excluded_runs": excluded_runs(a.runs, stage=a.options.stage),
               "gaps_measured": cell_gaps(a.optima.table) if "L_opt" in a.optima.table else pd.DataFrame()}
     if a.allocation is not None:
         tables["allocation"] = a.allocation
+        tables["allocation_buildable"] = buildable(a.allocation)
     if a.backtest is not None:
         tables["backtest"] = a.backtest.cells
     return tables
+
+
+def _power_law_rows(laws: pd.DataFrame, optima: pd.DataFrame) -> pd.DataFrame:
+    """The fitted power laws plus, for each r without one, a row saying why: the table is never blank."""
+    missing = []
+    for r in sorted(optima["r"].unique()) if "r" in optima else []:
+        if laws.empty or r not in set(laws["r"]):
+            cells = optima[optima["r"] == r]
+            n_ok = int((cells["status"] == "ok").sum())
+            missing.append({"r": int(r), "n_cells": n_ok,
+                            "note": f"no power law: {n_ok} of {len(cells)} cells have an interior IsoFLOP optimum "
+                                    f"(a fit needs {MIN_CELLS})"})
+    return pd.concat([laws, pd.DataFrame(missing)], ignore_index=True) if missing else laws
 
 
 def _frontier_columns(frontier: pd.DataFrame) -> pd.DataFrame:

@@ -128,17 +128,27 @@ def usable_runs(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFram
     return runs[keep]
 
 
-def exclusions(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
-    """Counts of the rows a fit leaves out, by status and reason (other stages count as status 'ok')."""
-    left_out = runs[runs["status"] != "ok"].assign(why=lambda t: t["reason"])
+EXCLUDED_COLUMNS = ("run_id", "stage", "r", "budget_flops", "status", "reason")
+
+
+def excluded_runs(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
+    """Every row a fit leaves out and why: failed or diverged runs with their own reason, ok runs of another
+    stage with "stage <name> (not fitted)"."""
+    left_out = runs[runs["status"] != "ok"]
     if stage is not None:
         other = runs[(runs["status"] == "ok") & (runs["stage"] != stage)]
-        left_out = pd.concat([left_out, other.assign(why=lambda t: "stage " + t["stage"] + " (not fitted)")])
+        left_out = pd.concat([left_out, other.assign(reason="stage " + other["stage"] + " (not fitted)")])
+    return left_out[[c for c in EXCLUDED_COLUMNS if c in left_out]].reset_index(drop=True)
+
+
+def exclusions(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
+    """Counts of the rows a fit leaves out (``excluded_runs``), by status and reason."""
+    left_out = excluded_runs(runs, stage)
     if left_out.empty:
         return pd.DataFrame({"status": pd.Series(dtype=str), "reason": pd.Series(dtype=str),
                              "count": pd.Series(dtype=int)})
-    counts = left_out.groupby(["status", "why"]).size().reset_index(name="count")
-    return counts.rename(columns={"why": "reason"}).sort_values("count", ascending=False, ignore_index=True)
+    counts = left_out.groupby(["status", "reason"]).size().reset_index(name="count")
+    return counts.sort_values("count", ascending=False, ignore_index=True)
 
 
 def template_of(runs: pd.DataFrame) -> tuple[dict[str, Any], int, str]:

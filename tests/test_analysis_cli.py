@@ -95,7 +95,7 @@ def test_analyze_the_paper_replay_from_mlflow(replay, tmp_path, capsys):
 def test_export_from_a_fitted_experiment(replay, tmp_path):
     target = tmp_path / "alloc.json"
     assert main(["export", "--experiment", "paper", "--tracking-uri", replay["uri"], "--budgets", "1e20",
-                 "--r", "1,4", "--format", "json", "--out", str(target), "--n-starts", "60"]) == 0
+                 "--r", "1,4", "--format", "json", "--out", str(target), "--n-starts", "60", "--full"]) == 0
     rows = json.loads(target.read_text())
     assert [row["r"] for row in rows] == [1, 4]
     assert rows[1]["width"] > rows[0]["width"] and rows[1]["loss_gap_to_r1"] > 0
@@ -134,8 +134,13 @@ def test_analyze_a_csv_runs_table_without_mlflow(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["analyze", "--experiment", str(path), "--out", str(out), "--n-starts", "40",
                  "--n-bootstrap", "20"]) == 0
-    printed = capsys.readouterr().out
+    printed, progress = capsys.readouterr()
     assert printed.startswith("sweep: 116 runs") and "logged to MLflow" not in printed
+    # the fits report as they start, on stderr, with the seconds since the start
+    steps = [line.split("] ", 1)[1].split(":")[0] for line in progress.splitlines()]
+    assert steps == ["116 runs in 24 cells", "joint fit", "restricted fits", "per-r Chinchilla fits",
+                     "allocation tables", "backtest", f"writing tables and plots to {out}"], progress
+    assert "joint fit: 40 starts, 20 block-bootstrap resamples" in progress
     # no template recorded in a plain table: the paper's is assumed, then checked against the runs' sizes
     assert "paper (not recorded)" in json.loads((out / "summary.json").read_text())["template"]
 
@@ -143,8 +148,8 @@ def test_analyze_a_csv_runs_table_without_mlflow(tmp_path, capsys):
 @pytest.mark.parametrize("fmt, check", [
     ("csv", lambda text: len(pd.read_csv(io.StringIO(text))) == 8),
     ("json", lambda text: len(json.loads(text)) == 8),
-    ("md", lambda text: text.startswith("| budget_flops | r |") and text.count("\n") == 10),
-    ("latex", lambda text: "\\toprule" in text and "loss\\_gap\\_to\\_r1" in text),
+    ("md", lambda text: text.startswith("| budget (FLOPs) | r | width |") and text.count("\n") == 10),
+    ("latex", lambda text: "\\toprule" in text and "loss (nats)" in text and "1.00e+19" in text),
 ])
 def test_export_the_published_law(capsys, fmt, check):
     assert main(["export", "--law", "paper", "--budgets", "1e18,1e19", "--r", "1,2,4,8", "--format", fmt]) == 0
