@@ -27,13 +27,22 @@ def add_plan(subparsers: argparse._SubParsersAction) -> None:
                     "the total FLOPs, and a wall-time estimate from a throughput measured here in a few seconds.")
     p.add_argument("spec", help=SPEC_HELP)
     p.add_argument("--objective", choices=OBJECTIVES, help="override the spec's objective (simulate: no training)")
+    _set_argument(p)
     p.set_defaults(func=_plan)
+
+
+def _set_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="change one spec key without editing the file, e.g. --set trials_per_cell=4 --set "
+                        "widths.s_max=8 --set 'budgets=[1e12, 1e13]' (repeatable; dotted keys reach into "
+                        "tables; values are TOML); validated like the file, and the effective spec is the one "
+                        "hashed and logged")
 
 
 def _plan(args: argparse.Namespace) -> int:
     from .plan import measure_throughput, render_plan
 
-    spec = SweepSpec.from_toml(args.spec, objective=args.objective)
+    spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
     trains = spec.objective == "train" or spec.calibrate is not None
     print(render_plan(spec, measure_throughput(spec) if trains else None))
     return 0
@@ -87,11 +96,12 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
                                           "(default: the spec's, else $MLFLOW_TRACKING_URI, else "
                                           "sqlite:///<cwd>/loopscale-runs/mlflow.db)")
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    _set_argument(p)
     p.set_defaults(func=_search)
 
 
 def _search(args: argparse.Namespace) -> int:
-    spec = SweepSpec.from_toml(args.spec, objective=args.objective, address=args.address,
+    spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective, address=args.address,
                                tracking_uri=args.tracking_uri)
     from .tune_runner import run_search  # imports Ray (~2 s): only once the spec is known to be good
 

@@ -57,6 +57,7 @@ from loopscale.objectives.noise import Noise
 from loopscale.objectives.simulate import FAULT_ONCE, FAULTS
 
 from . import space
+from .overrides import apply_sets, effective_text
 from .space import STAGES, Calibration, Cell
 from .toml_table import Table, require
 
@@ -114,10 +115,12 @@ class SweepSpec:
 
     # ---- reading -------------------------------------------------------------------------------------
     @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "SweepSpec":
+    def from_toml(cls, path: str | os.PathLike, sets: tuple[str, ...] | list[str] = (),
+                  **overrides: Any) -> "SweepSpec":
         """Read and validate a spec file (or a preset name: smoke, demo, paper).
 
-        ``overrides`` replace top-level keys before validation (the CLI's ``--objective``,
+        ``sets`` are the CLI's ``--set key=value`` items (``search.overrides``), applied to the file's keys
+        before validation. ``overrides`` replace top-level keys before validation (the CLI's ``--objective``,
         ``--tracking-uri``, ``--address``); ``None`` values are ignored.
         """
         file = resolve_spec_path(path)
@@ -126,6 +129,7 @@ class SweepSpec:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid TOML: {exc}") from None
+        raw, text = apply_sets(raw, sets), effective_text(text, sets)
         raw.update({k: v for k, v in overrides.items() if v is not None})
         if overrides.get("objective") == "simulate":
             raw.pop("calibrate", None)  # replaying with the law: nothing trains, so no rate to calibrate
