@@ -552,7 +552,7 @@ def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS,
     """
     options = with_overrides(options, overrides)
     say = progress or (lambda line: None)
-    say(f"joint fit: {options.n_starts} starts, {options.n_bootstrap} block-bootstrap resamples")
+    say(f"joint fit: {options.n_starts} starts, {options.n_bootstrap} bootstrap resamples")
     joint = fit_joint_law(runs, options=options)
     quick = dataclasses.replace(options, n_bootstrap=0)
     say("restricted fits: phi = 0, phi = 1")

@@ -140,7 +140,7 @@ def test_analyze_a_csv_runs_table_without_mlflow(tmp_path, capsys):
     steps = [line.split("] ", 1)[1].split(":")[0] for line in progress.splitlines()]
     assert steps == ["116 runs in 24 cells", "joint fit", "restricted fits", "per-r Chinchilla fits",
                      "allocation tables", "backtest", f"writing tables and plots to {out}"], progress
-    assert "joint fit: 40 starts, 20 block-bootstrap resamples" in progress
+    assert "joint fit: 40 starts, 20 bootstrap resamples" in progress
     # no template recorded in a plain table: the paper's is assumed, then checked against the runs' sizes
     assert "paper (not recorded)" in json.loads((out / "summary.json").read_text())["template"]
 
