@@ -33,7 +33,7 @@ from typing import Any
 
 from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
 from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
-from .hints import did_you_mean
+from .checks import did_you_mean
 
 REQUIRED = object()  # marks a key without a default
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}

@@ -54,7 +54,7 @@ from .lr_rules import REF_BATCH, transfer_factors
 from .muonh import MuonH
 from .trial import model_config
 
-from .hints import did_you_mean
+from .checks import did_you_mean
 
 HAS_MUON = hasattr(torch.optim, "Muon")
 OPTIMIZERS = ("muonh", "muon", "adamw")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopscale import objectives
 from loopscale.model import count_params, tokens_for_budget
+from loopscale.objectives import testing
 
 from .toml_table import Table, require
 
@@ -112,10 +113,9 @@ def trial_config(spec: SweepSpec, cell: Cell, s: float, recipe: dict[str, Any] |
     if objective == "simulate":
         config.update(noise=spec.noise, cell_noise=spec.cell_noise, misspec=spec.misspec,
                       **({"law": dict(spec.law)} if spec.law else {}))
-        prefix = f"{cell.key}/s="
-        faults = {k.removeprefix(prefix): v for k, v in (spec.faults or {}).items() if k.startswith(prefix)}
-        aids = {"delay_s": spec.delay_s, "journal": spec.journal, "rendezvous": spec.rendezvous, "faults": faults}
-        config.update({k: v for k, v in aids.items() if v})  # absent unless asked for
+        aids = testing.trial_aids(spec.testing, cell.key)
+        if aids:  # absent unless a test asked for them
+            config["testing"] = aids
     else:
         config.update(data=spec.data, recipe=dict(recipe if recipe is not None else spec.recipe),
                       device="cuda" if spec.gpus_per_trial > 0 else "cpu",

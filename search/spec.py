@@ -28,9 +28,7 @@ Layout (every key optional unless marked)::
                   # vocab_size (injection: linear | additive | none | hyperconnect, with lanes = K)
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
     [simulate]    # noise, cell_noise, misspec (nats; defaults objectives.noise.Noise), law = {E, A, alpha, B, beta,
-                  # phi} (default: the paper's fit);
-                  # testing aids (objectives/simulate.py): delay_s, journal = "path.jsonl", rendezvous = N,
-                  # faults = {"C=1e+12,r=1/s=4" = "raise" | "nan" | "sigkill" | "exit", optionally "...-once"}
+                  # phi} (default: the paper's fit)
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
@@ -54,7 +52,7 @@ from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
 from loopscale.model import INJECTIONS, JointLaw, LoopedConfig
 from loopscale.objectives.noise import Noise
-from loopscale.objectives.simulate import FAULT_ONCE, FAULTS
+from loopscale.objectives import testing
 
 from . import space
 from .overrides import apply_sets, effective_text
@@ -104,14 +102,11 @@ class SweepSpec:
     address: str | None
     source: str = field(default="", compare=False)  # where it was read from, for messages
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
-    # [simulate] testing aids (objectives/simulate.py); faults maps "<cell key>/s=<s>" to an action
-    delay_s: float = 0.0
-    journal: str | None = None
-    rendezvous: int = 0
-    faults: dict[str, str] | None = None
     cell_noise: float = Noise().cell_noise
     misspec: float = Noise().misspec
     tolerance: float = DEFAULT_TOLERANCE
+    # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
+    testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- reading -------------------------------------------------------------------------------------
     @classmethod
@@ -141,7 +136,7 @@ class SweepSpec:
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>", text: str = "") -> "SweepSpec":
         """Validate a parsed spec; relative paths are resolved against the current directory."""
-        t = Table(raw, "top level", TOP_KEYS)
+        t = Table({k: v for k, v in raw.items() if k != "testing"}, "top level", TOP_KEYS)
         name = t.str("name", required=True)
         require(name.replace("-", "").replace("_", "").replace(".", "").isalnum(),
                  f"name {name!r} may use only letters, digits, '-', '_' and '.'")
@@ -175,15 +170,7 @@ class SweepSpec:
                      f"[widths] tokens_per_param must be [low, high] with 0 < low < high, got {tpp}")
             tpp = (float(tpp[0]), float(tpp[1]))
 
-        sim = Table(t.table("simulate"), "[simulate]", ("noise", "cell_noise", "misspec", "law", "delay_s", "journal",
-                                                        "rendezvous", "faults"))
-        delay_s = sim.number("delay_s", default=0.0)
-        require(0 <= delay_s < math.inf, f"[simulate] delay_s must be >= 0 seconds, got {delay_s}")
-        journal = sim.str("journal")
-        rendezvous = sim.int("rendezvous", default=0)
-        require(rendezvous >= 0, f"[simulate] rendezvous must be >= 0 trials, got {rendezvous}")
-        require(rendezvous <= 1 or journal is not None, "[simulate] rendezvous needs [simulate] journal to count "
-                 "the trials that started")
+        sim = Table(t.table("simulate"), "[simulate]", ("noise", "cell_noise", "misspec", "law"))
         sizes = {k: sim.number(k, default=getattr(Noise(), k)) for k in ("noise", "cell_noise", "misspec")}
         for k, v in sizes.items():
             require(v >= 0, f"[simulate] {k} must be >= 0 nats, got {v}")
@@ -225,8 +212,7 @@ class SweepSpec:
             tracking_uri=resolve_tracking_uri(t.str("tracking_uri")),  # the flag, if any, is already in raw
             storage=_absolute(t.str("storage") or str(Path(DEFAULT_RUN_DIR) / "tune")),
             cache_dir=_absolute(t.str("cache_dir") or str(Path(DEFAULT_RUN_DIR) / "cache")),
-            address=t.str("address") or None, source=source, text=text, delay_s=float(delay_s),
-            journal=_absolute(journal) if journal else None, rendezvous=rendezvous,
+            address=t.str("address") or None, source=source, text=text,
         )
         for key in ("seq_len", "batch_tokens", "val_tokens", "trials_per_cell", "min_steps"):
             require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
@@ -246,7 +232,9 @@ class SweepSpec:
         spec._check_shapes()
         spec = dataclasses.replace(spec, calibrate=space.parse_calibration(t.table("calibrate"), spec))
         spec.cells()  # every cell must have a width that trains
-        spec = dataclasses.replace(spec, faults=_faults(sim.table("faults"), spec))
+        if "testing" in raw:  # outside TOP_KEYS: refused in one line unless the test suite runs
+            widths = {c.key: c.widths for c in spec.cells()}
+            spec = dataclasses.replace(spec, testing=testing.parse_aids(raw["testing"], widths, spec.objective))
         check_store(spec.tracking_uri, create=True)
         return spec
 
@@ -302,10 +290,8 @@ class SweepSpec:
     def design(self) -> dict[str, Any]:
         """What the sweep measures: every field but where it runs and logs (those may move between resumes)."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
-                "workers", "delay_s", "journal", "rendezvous"}
+                "workers", "testing"}
         design = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
-        if not design["faults"]:
-            del design["faults"]  # so a spec without faults keeps the hash it had before they existed
         return design
 
     @property
@@ -342,32 +328,6 @@ TOP_KEYS = (
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
 _ISO_DEFAULTS = {"head_dim": 128, "width_unit": 64, "vocab_size": 32064}
-
-
-def _faults(table: dict[str, Any], spec: SweepSpec) -> dict[str, str] | None:
-    """``[simulate] faults``: each key ``"<cell key>/s=<s>"`` must name a width the cell may try, each value a
-    fault of objectives/simulate.py (``-once`` needs the journal that remembers the first execution)."""
-    if not table:
-        return None
-    require(spec.objective == "simulate", "[simulate] faults apply to the simulated objective only")
-    widths = {c.key: c.widths for c in spec.cells()}
-    actions = (*FAULTS, *(f"{a}{FAULT_ONCE}" for a in FAULTS))
-    faults = {}
-    for selector, action in table.items():
-        cell, _, s = selector.partition("/s=")
-        require(cell in widths, f"[simulate] faults: {selector!r} names no cell; use \"<cell>/s=<s>\" with a cell "
-                                 f"of {', '.join(widths)}")
-        try:
-            width = float(s)
-        except ValueError:
-            raise ValueError(f"[simulate] faults: {selector!r} has no width after '/s='") from None
-        require(width in widths[cell], f"[simulate] faults: s={width:g} is not a width of cell {cell} "
-                                        f"({', '.join(f'{w:g}' for w in widths[cell])})")
-        require(action in actions, f"[simulate] faults: {action!r} is not a fault; use {', '.join(actions)}")
-        require(not action.endswith(FAULT_ONCE) or spec.journal is not None,
-                 f"[simulate] faults: {action!r} needs [simulate] journal to remember the first execution")
-        faults[f"{cell}/s={width:g}"] = action
-    return faults
 
 
 def _absolute(path: str) -> str:

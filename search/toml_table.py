@@ -11,13 +11,9 @@ import math
 import sys
 from typing import Any
 
-from loopscale.objectives.hints import did_you_mean
+from loopscale.objectives.checks import did_you_mean, require
 
-
-def require(ok: bool, message: str) -> None:
-    """Raise ``ValueError(message)`` unless ``ok``: the one way a spec is refused."""
-    if not ok:
-        raise ValueError(message)
+__all__ = ["Table", "finite", "require"]
 
 
 def finite(value: int | float) -> bool:

@@ -1,8 +1,10 @@
-"""Shared by every test: the suite never logs to a store named by the caller's environment."""
+"""Shared by every test: the suite never logs to a store named by the caller's environment, and test aids are
+off unless a test asks for them (the ``testing_aids`` fixture)."""
 
 import pytest
 
 from loopscale.analysis.store import TRACKING_ENV
+from loopscale.objectives.testing import TESTING_ENV
 
 
 @pytest.fixture(autouse=True)
@@ -10,3 +12,10 @@ def _no_tracking_uri_from_the_environment(monkeypatch):
     # $MLFLOW_TRACKING_URI outranks the default store (analysis/store.py); tests that rely on the default, or on
     # the variable, must not see the one of the shell that runs them
     monkeypatch.delenv(TRACKING_ENV, raising=False)
+    monkeypatch.delenv(TESTING_ENV, raising=False)
+
+
+@pytest.fixture
+def testing_aids(monkeypatch):
+    """Specs may carry a [testing] table (objectives/testing.py), here and in the drivers a test starts."""
+    monkeypatch.setenv(TESTING_ENV, "1")

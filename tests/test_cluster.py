@@ -25,7 +25,7 @@ from servers import mlflow_server, postgres_bin, postgres_database
 from test_resume import processes_using
 from test_spec import write_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_a_sweep_spreads_over_two_worker_nodes_and_logs_to_a_postgres_backed_ser
         # the other worker: both get trials however slowly a loaded machine starts their processes (without it,
         # Tune hands a trial still waiting for a process to a worker that is free, and one worker may take all)
         path = write_spec(tmp_path, tracking_uri=url, budgets=[1e12, 1e13], recurrences=[1, 2], trials_per_cell=2,
-                          simulate={"journal": str(tmp_path / "journal.jsonl"), "rendezvous": 2})
+                          testing={"journal": str(tmp_path / "journal.jsonl"), "rendezvous": 2})
         spec = SweepSpec.from_toml(path)
         assert main(["search", str(path), "--address", ray_cluster.address]) == 0
         assert "[search 8/8]" in capsys.readouterr().out

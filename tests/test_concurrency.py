@@ -53,17 +53,18 @@ def ray_with_8_cpus():
 
 
 @pytest.mark.slow
-def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus):
+def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus, testing_aids):
     from loopscale.search.tune_runner import run_search
 
     journal = tmp_path / "journal.jsonl"
     spec = SweepSpec.from_toml(write_spec(
         tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2], sampler="grid", trials_per_cell=4,
-        widths={"s_min": 1, "s_max": 4}, simulate={"delay_s": 3.0, "journal": str(journal)},
+        widths={"s_min": 1, "s_max": 4}, testing={"rendezvous": WRITERS, "journal": str(journal)},
         resources={"max_concurrent": WRITERS}))
     run_search(spec)
 
-    # they did overlap: at some moment 8 trials were between their start and their end
+    # they did overlap: the first 8 trials each waited until all 8 had started (the rendezvous), so at one moment
+    # 8 trials were between their start and their end; never more (max_concurrent)
     events = sorted((e["time"], e["event"] == "start") for e in map(json.loads, journal.read_text().splitlines()))
     running = peak = 0
     for _, started in events:
@@ -79,7 +80,7 @@ def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus):
     for run in runs:
         assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
         config = spec.trial_config(cells[run.data.tags["cell"]], float(run.data.params["s"]))
-        expected = simulate({**config, "delay_s": 0.0, "journal": str(tmp_path / "replay.jsonl")})
+        expected = simulate({**config, "testing": {}})  # the same trial without its aids
         assert run.data.params == flatten_params(config)
         assert set(run.data.metrics) == logged_metrics(expected)
         assert all(run.data.metrics[k] == pytest.approx(expected[k], rel=1e-12) for k in run.data.metrics)

@@ -31,12 +31,13 @@ from test_kill_resume import kill_leftovers
 from test_spec import base_spec, to_toml
 
 RETRIES = 1
+pytestmark = pytest.mark.usefixtures("testing_aids")
 
 
 def write_fault_spec(tmp_path: Path, faults: dict[str, str], filename: str = "spec.toml", **overrides: Any) -> Path:
-    """A simulated sweep spec with a ``[simulate.faults]`` table (its keys need quoting, so it is written here)."""
+    """A simulated sweep spec with a ``[testing.faults]`` table (its keys need quoting, so it is written here)."""
     spec = base_spec(tmp_path, **overrides)
-    text = to_toml(spec) + "\n[simulate.faults]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in faults.items())
+    text = to_toml(spec) + "\n[testing.faults]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in faults.items())
     path = tmp_path / filename
     path.write_text(text)
     return path
@@ -51,14 +52,15 @@ def journal_events(path: Path) -> Counter:
 # ---- the hook itself, without Ray ------------------------------------------------------------------------
 def trial_config(tmp_path: Path, fault: str, **extra: Any) -> dict[str, Any]:
     spec = SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=1e+12,r=1/s=2": fault}, budgets=[1e12], recurrences=[1],
-                                                simulate={"journal": str(tmp_path / "journal.jsonl")}))
+                                                testing={"journal": str(tmp_path / "journal.jsonl")}))
     (cell,) = spec.cells()
-    return {**spec.trial_config(cell, 2.0), **extra}
+    config = spec.trial_config(cell, 2.0)
+    return {**config, "testing": {**config["testing"], **extra}}
 
 
 def test_raise_and_nan_faults_and_once_uses_the_journal(tmp_path):
     config = trial_config(tmp_path, "raise-once")
-    assert config["faults"] == {"2": "raise-once"}
+    assert config["testing"]["faults"] == {"2": "raise-once"}
     with pytest.raises(RuntimeError, match="injected fault"):
         simulate(config)
     clean = simulate(config)  # the second execution: no fault, the trial's usual loss
@@ -67,7 +69,7 @@ def test_raise_and_nan_faults_and_once_uses_the_journal(tmp_path):
     events = journal_events(tmp_path / "journal.jsonl")
     assert events[("start", 1e12, 1, 2.0)] == 2 and events[("end", 1e12, 1, 2.0)] == 1
 
-    nan = simulate({**config, "faults": {"2": "nan"}})
+    nan = simulate({**config, "testing": {**config["testing"], "faults": {"2": "nan"}}})
     assert nan["status"] == "ok" and math.isnan(nan["val_loss"])  # an objective that misses its own divergence
 
 
@@ -100,20 +102,40 @@ def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
     assert simulate(config)["status"] == "ok"  # a third execution finds two starts and goes on
 
 
-@pytest.mark.parametrize("faults, simulate_table, message", [
+@pytest.mark.parametrize("faults, testing_table, message", [
     ({"C=1e+12,r=3/s=2": "raise"}, {}, "names no cell"),
     ({"C=1e+12,r=1/s=99": "raise"}, {}, "not a width of cell"),
     ({"C=1e+12,r=1/s=2": "segfault"}, {}, "is not a fault"),
-    ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[simulate\\] journal"),
+    ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[testing\\] journal"),
     ({}, {"delay_s": -1}, "delay_s must be >= 0"),
-    ({}, {"rendezvous": 2}, "rendezvous needs \\[simulate\\] journal"),
+    ({}, {"rendezvous": 2}, "rendezvous needs \\[testing\\] journal"),
     ({}, {"rendezvous": -1, "journal": "j.jsonl"}, "rendezvous must be >= 0 trials"),
 ])
-def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, simulate_table, message):
-    path = write_fault_spec(tmp_path, faults, budgets=[1e12], recurrences=[1], simulate=simulate_table or None)
+def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, testing_table, message):
+    path = write_fault_spec(tmp_path, faults, budgets=[1e12], recurrences=[1], testing=testing_table or None)
     with pytest.raises(ValueError, match=message):
         SweepSpec.from_toml(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]  # nothing written
+
+
+def test_a_production_spec_cannot_trip_the_aids_and_they_leave_the_hash_alone(tmp_path, monkeypatch, capsys):
+    """Without LOOPSCALE_TESTING=1 a [testing] table is refused in one line; with it, the sweep's design and hash
+    are those of the same spec without the table, and only simulated trial configs carry the aids."""
+    aided = write_fault_spec(tmp_path, {"C=1e+12,r=1/s=2": "raise"}, "aided.toml", budgets=[1e12],
+                             recurrences=[1], testing={"delay_s": 0.5})
+    plain = SweepSpec.from_toml(write_fault_spec(tmp_path, {}, "plain.toml", budgets=[1e12], recurrences=[1]))
+    with_aids = SweepSpec.from_toml(aided)
+    assert with_aids.spec_hash == plain.spec_hash and with_aids.design() == plain.design()
+    (cell,) = with_aids.cells()
+    assert with_aids.trial_config(cell, 2.0)["testing"] == {"delay_s": 0.5, "faults": {"2": "raise"}}
+    assert "testing" not in plain.trial_config(cell, 2.0)
+    monkeypatch.delenv("LOOPSCALE_TESTING")
+    with pytest.raises(ValueError, match=r"^aided.toml: \[testing\] is for loopscale's own tests \(set "
+                                         r"LOOPSCALE_TESTING=1 to use it\)$"):
+        SweepSpec.from_toml(aided)
+    assert main(["search", str(aided)]) == 2  # the command line: exit 2, that line, nothing written
+    assert "[testing] is for loopscale's own tests" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aided.toml", "plain.toml"]
 
 
 def test_a_receipt_returns_the_result_only_for_the_same_trial(tmp_path):
@@ -153,7 +175,7 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
     journal = tmp_path / "journal.jsonl"
     spec = SweepSpec.from_toml(write_fault_spec(
         tmp_path, FAULTS, budgets=[1e12, 1e13], recurrences=[1, 2], sampler="grid", trials_per_cell=4,
-        widths={"s_min": 1, "s_max": 4}, simulate={"journal": str(journal)}, resources={"retries": RETRIES}))
+        widths={"s_min": 1, "s_max": 4}, testing={"journal": str(journal)}, resources={"retries": RETRIES}))
     assert spec.planned_trials() == 16  # every width of every cell: each fault's trial surely runs
 
     outcome_of_search = run_search(spec)  # the sweep finishes despite the faults

@@ -4,7 +4,7 @@ run without interruption.
 ``loopscale search SPEC`` runs as a real subprocess with its own Ray (files under a private RAY_TMPDIR, so what
 a killed driver leaves behind is found and killed by PID). Kill points come from a seeded RNG: a moment during
 start-up, or after some more trials have finished plus a fraction of a trial. The simulated trials write a
-journal (objectives/simulate.py), which counts how often each trial really ran. After the last resume:
+journal (objectives/testing.py), which counts how often each trial really ran. After the last resume:
 
 * every planned trial has exactly one MLflow run, FINISHED; no duplicate and no orphan (RUNNING) run;
 * no finished trial was lost: a run FINISHED at a kill is still there, the same run;
@@ -53,7 +53,7 @@ from loopscale.search.tracking import ready_store
 from test_resume import processes_using
 from test_spec import base_spec, to_toml
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
 REPO = Path(__file__).resolve().parent.parent
 KILLS = 3
 SEEDS = [int(s) for s in os.environ.get("LOOPSCALE_KILL_SEEDS", "0").split(",")]
@@ -66,7 +66,7 @@ def write_sweep(folder: Path, sampler: str = "grid") -> SweepSpec:
     """6 cells x 4 widths (the law sampler: at most), each trial ~0.5 s, so that kills land while trials run."""
     folder.mkdir()
     spec = base_spec(folder, budgets=[1e12, 1e13], recurrences=[1, 2, 4], sampler=sampler, trials_per_cell=4,
-                     simulate={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")},
+                     testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")},
                      resources={"max_concurrent": 1} if sampler == "law" else {})
     (folder / "spec.toml").write_text(to_toml(spec))
     return SweepSpec.from_toml(folder / "spec.toml")
@@ -152,7 +152,7 @@ def trial_runs(spec: SweepSpec, view: int = ViewType.ACTIVE_ONLY) -> list:
 
 
 def journal(spec: SweepSpec) -> list[dict]:
-    path = Path(spec.journal)
+    path = Path(spec.testing["journal"])
     if not path.exists():
         return []
     entries = []

@@ -32,7 +32,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 MUTATIONS = settings(SETTINGS, max_examples=200)  # cheap: a mutated spec fails in its first checks
 TABLE_KEYS = {
     "template": TEMPLATE_KEYS, "widths": ("s_min", "s_max", "tokens_per_param"),
-    "simulate": ("noise", "law", "delay_s", "journal", "faults"),
+    "simulate": ("noise", "cell_noise", "misspec", "law"),
     "resources": ("cpus", "gpus", "workers", "max_concurrent", "retries"),
 }
 
@@ -227,8 +227,7 @@ KINDS: dict[tuple[str, ...], str] = {
                                         "bptt_k")},
     ("template", "injection"): "str",
     ("widths", "s_min"): "number", ("widths", "s_max"): "number", ("widths", "tokens_per_param"): "numbers",
-    ("simulate", "noise"): "number", ("simulate", "law"): "table", ("simulate", "delay_s"): "number",
-    ("simulate", "journal"): "str", ("simulate", "faults"): "table",
+    ("simulate", "noise"): "number", ("simulate", "law"): "table",
     ("resources", "cpus"): "number", ("resources", "gpus"): "number",
     ("resources", "max_concurrent"): "int", ("resources", "retries"): "int", ("resources", "workers"): "int",
     **{(k,): "table" for k in ("template", "widths", "simulate", "data", "recipe", "calibrate", "resources")},
@@ -275,7 +274,6 @@ OUT_OF_RANGE: dict[tuple[str, ...], Any] = {
     ("widths", "tokens_per_param"): lambda raw: st.tuples(st.floats(0, 1e6), st.floats(0, 1e6))
     .filter(lambda w: not 0 < w[0] < w[1]).map(list),
     ("simulate", "noise"): lambda raw: st.floats(max_value=0, exclude_max=True) | st.just(math.inf),
-    ("simulate", "delay_s"): lambda raw: st.floats(max_value=0, exclude_max=True) | st.just(math.nan),
     ("resources", "cpus"): lambda raw: st.floats(max_value=0) | st.just(math.inf),
     ("resources", "gpus"): lambda raw: st.floats(max_value=0, exclude_max=True) | st.just(math.nan),
     ("resources", "retries"): lambda raw: st.integers(max_value=-1),

@@ -1,10 +1,16 @@
-"""The "did you mean" hint of every bad-key and bad-value message (spec, recipe and data tables)."""
+"""The one-line errors of every table check (spec, recipe, data and testing tables): refuse, and hint."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
 from typing import Any
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise ``ValueError(message)`` unless ``ok``: the one way a table is refused."""
+    if not ok:
+        raise ValueError(message)
 
 
 def did_you_mean(word: Any, options: Iterable[Any]) -> str:

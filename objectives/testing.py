@@ -1,0 +1,184 @@
+"""Test aids of the simulated trial: they exercise the search machinery (scheduling, crashes, retries,
+concurrent logging) with real processes and no mocks, and never change the loss of a trial that completes.
+
+A spec sets them in a ``[testing]`` table, which is refused unless the environment says ``LOOPSCALE_TESTING=1``
+(the test suite and its benchmarks set it): a production spec cannot trip them, and they are not part of the
+spec hash. The trial config carries them under one key, ``testing``:
+
+* ``delay_s``: seconds the trial sleeps before it returns, so that trials overlap and a driver can be killed
+  while some are running, as with real training.
+* ``journal``: a JSONL file; every execution appends ``{"event": "start" | "end", "budget_flops", "r", "s",
+  "pid", "time"}`` (one ``write`` of one line with O_APPEND, so concurrent trials on one machine do not
+  interleave). It counts how often each trial really ran.
+* ``faults``: in the spec ``{"<cell key>/s=<s>": action}``, in the trial config ``{"<s>": action}`` for the
+  trial's cell (s written with ``%g``); the trial at that width ``raise``\\ s a RuntimeError, returns ``nan``
+  as its loss with status "ok" (an objective that does not catch its own divergence), dies by ``sigkill`` of
+  its own process (as the out-of-memory killer does), or ``exit``\\ s its worker process at once
+  (``os._exit(1)``, a worker that dies). ``<action>-once`` acts only on the trial's first execution in the
+  journal (its retries then succeed), so bounded retries can be told from endless ones.
+* ``rendezvous``: N (needs ``journal``); an execution, once journaled, waits until the journal holds N starts,
+  raising after ``RENDEZVOUS_TIMEOUT_S``. The first N trials then run at the same time, each holding its
+  resources: on a cluster whose nodes hold one trial each they land on N different nodes, however slowly
+  the nodes start their trial processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from typing import Any
+
+from .checks import did_you_mean, require
+
+TESTING_ENV = "LOOPSCALE_TESTING"
+KEYS = ("delay_s", "journal", "rendezvous", "faults")
+FAULTS = ("raise", "nan", "sigkill", "exit")
+FAULT_ONCE = "-once"
+RENDEZVOUS_TIMEOUT_S = 300.0
+
+
+# ---- the spec's [testing] table ----------------------------------------------------------------------------
+def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], objective: str) -> dict[str, Any]:
+    """Validate ``[testing]`` (one ValueError line per mistake); ``widths`` maps each cell key to the widths it
+    may try. Returns the aids with the journal path absolute and the fault keys normalised."""
+    if os.environ.get(TESTING_ENV) != "1":
+        raise ValueError(f"[testing] is for loopscale's own tests (set {TESTING_ENV}=1 to use it)")
+    require(isinstance(table, dict), "[testing] must be a table")
+    for key in table:
+        require(key in KEYS, f"unknown key {key!r} in [testing]{did_you_mean(key, KEYS)}; "
+                             f"known keys: {', '.join(KEYS)}")
+    require(objective == "simulate", "[testing] aids apply to the simulated objective only")
+    delay_s, journal = table.get("delay_s", 0.0), table.get("journal")
+    rendezvous, faults = table.get("rendezvous", 0), table.get("faults", {})
+    require(_number(delay_s) and 0 <= delay_s < math.inf, f"[testing] delay_s must be >= 0 seconds, got {delay_s!r}")
+    require(journal is None or isinstance(journal, str), f"[testing] journal must be a path, got {journal!r}")
+    require(isinstance(rendezvous, int) and not isinstance(rendezvous, bool) and rendezvous >= 0,
+             f"[testing] rendezvous must be >= 0 trials, got {rendezvous!r}")
+    require(rendezvous <= 1 or journal is not None, "[testing] rendezvous needs [testing] journal to count the "
+             "trials that started")
+    require(isinstance(faults, dict), "[testing] faults must be a table")
+    aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
+                            "faults": _parse_faults(faults, widths, journal is not None)}
+    if journal is not None:
+        aids["journal"] = str(os.path.abspath(os.path.expanduser(journal)))  # trials run in other directories
+    return {k: v for k, v in aids.items() if v}
+
+
+def _parse_faults(table: dict[str, Any], widths: dict[str, tuple[float, ...]], journal: bool) -> dict[str, str]:
+    actions = (*FAULTS, *(f"{a}{FAULT_ONCE}" for a in FAULTS))
+    faults = {}
+    for selector, action in table.items():
+        cell, _, s = selector.partition("/s=")
+        require(cell in widths, f"[testing] faults: {selector!r} names no cell; use \"<cell>/s=<s>\" with a cell "
+                                 f"of {', '.join(widths)}")
+        try:
+            width = float(s)
+        except ValueError:
+            raise ValueError(f"[testing] faults: {selector!r} has no width after '/s='") from None
+        require(width in widths[cell], f"[testing] faults: s={width:g} is not a width of cell {cell} "
+                                        f"({', '.join(f'{w:g}' for w in widths[cell])})")
+        require(action in actions, f"[testing] faults: {action!r} is not a fault; use {', '.join(actions)}")
+        require(not action.endswith(FAULT_ONCE) or journal,
+                 f"[testing] faults: {action!r} needs [testing] journal to remember the first execution")
+        faults[f"{cell}/s={width:g}"] = action
+    return faults
+
+
+def trial_aids(aids: dict[str, Any] | None, cell_key: str) -> dict[str, Any]:
+    """The aids of one trial config of cell ``cell_key``: its faults keyed by width alone."""
+    if not aids:
+        return {}
+    prefix = f"{cell_key}/s="
+    faults = {k.removeprefix(prefix): v for k, v in aids.get("faults", {}).items() if k.startswith(prefix)}
+    return {k: v for k, v in {**aids, "faults": faults}.items() if v}
+
+
+# ---- in the trial --------------------------------------------------------------------------------------------
+def before_trial(trial_config: dict[str, Any]) -> str:
+    """Journal the start, wait at the rendezvous, inject the fault, sleep; returns "nan" when the trial's loss is
+    to be NaN, else ""."""
+    aids = trial_config.get("testing") or {}
+    if not aids:
+        return ""
+    earlier = _journal(trial_config, aids, "start")
+    _rendezvous(aids)
+    fault = _fault(trial_config, aids, earlier)
+    time.sleep(float(aids.get("delay_s", 0.0)))
+    return fault
+
+
+def after_trial(trial_config: dict[str, Any]) -> None:
+    aids = trial_config.get("testing") or {}
+    if aids:
+        _journal(trial_config, aids, "end")
+
+
+def _fault(trial_config: dict[str, Any], aids: dict[str, Any], earlier_runs: int) -> str:
+    action = aids.get("faults", {}).get(f"{float(trial_config['s']):g}", "")
+    if action.endswith(FAULT_ONCE):
+        if "journal" not in aids:
+            raise ValueError(f"fault {action!r} needs a journal to tell the first execution from the others")
+        action = action.removesuffix(FAULT_ONCE) if earlier_runs == 0 else ""
+    if action and action not in FAULTS:
+        raise ValueError(f"unknown fault {action!r}; use one of {', '.join(FAULTS)}, optionally with {FAULT_ONCE!r}")
+    where = f"C={trial_config['budget_flops']:.3g}, r={trial_config['r']}, s={float(trial_config['s']):g}"
+    if action == "raise":
+        raise RuntimeError(f"injected fault: the trial at {where} raised")
+    if action == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "exit":
+        os._exit(1)
+    return action
+
+
+def _journal(trial_config: dict[str, Any], aids: dict[str, Any], event: str) -> int:
+    """Append ``event`` for this trial to the journal (if any); returns how many times it had started before."""
+    path = aids.get("journal")
+    if not path:
+        return 0
+    ident = {"budget_flops": float(trial_config["budget_flops"]), "r": int(trial_config["r"]),
+             "s": float(trial_config["s"])}
+    earlier = _starts(path, ident) if event == "start" else 0
+    line = json.dumps({"event": event, **ident, "pid": os.getpid(), "time": time.time()}) + "\n"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return earlier
+
+
+def _rendezvous(aids: dict[str, Any]) -> None:
+    """Wait until the journal holds ``rendezvous`` starts of any trial (see the module docstring)."""
+    want = int(aids.get("rendezvous", 0))
+    if want <= 1:
+        return
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+    while (started := _starts(aids["journal"])) < want:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rendezvous: {started} of {want} trials started within {RENDEZVOUS_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+
+
+def _starts(path: str, ident: dict[str, Any] | None = None) -> int:
+    """Start events in the journal: of the trial ``ident`` (budget_flops, r, s), or of any trial."""
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if _is_start(line, ident or {}))
+
+
+def _is_start(line: str, ident: dict[str, Any]) -> bool:
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:  # a line cut short by a kill
+        return False
+    return entry.get("event") == "start" and all(entry.get(k) == v for k, v in ident.items())
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
