@@ -86,7 +86,7 @@ def flops_estimate(spec: SweepSpec) -> str:
     optimum is located, between 3 widths per cell and the cap; next to the paper grid's figure when the cells
     match it (analysis.flops)."""
     cap = total_flops(spec)
-    text = f"total: at most {cap:.3g} FLOPs (each trial spends at most its budget)"
+    text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
         floor = sum(min(3, c.n_trials) * c.budget for c in spec.cells()) + sum(
             c.n_trials * c.budget for c in spec.cells("calibrate"))

@@ -205,8 +205,18 @@ def discard_stage_runs(spec: SweepSpec, parent_run_id: str, stage: str) -> None:
         client.delete_run(run.info.run_id)
 
 
-def close_sweep(spec: SweepSpec, parent_run_id: str) -> None:
-    MlflowClient(spec.tracking_uri).set_terminated(parent_run_id, "FINISHED")
+def close_sweep(spec: SweepSpec, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
+    """Mark the sweep's run finished, with the FLOPs its trials spent (``flops``: total, per_cell, paper_grid)
+    as metrics ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) and ``flops_spent.json``."""
+    client = MlflowClient(spec.tracking_uri)
+    if flops is not None:
+        metrics = {"flops_spent": flops["total"]}
+        if flops.get("paper_grid"):
+            metrics["flops_spent_vs_paper_grid"] = flops["total"] / flops["paper_grid"]
+        now = int(time.time() * 1000)
+        client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        client.log_dict(parent_run_id, flops, "flops_spent.json")
+    client.set_terminated(parent_run_id, "FINISHED")
 
 
 # ---- trials ----------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from ray.tune.result import EXPR_ERROR_FILE
 from ray.tune.search import Searcher
 
 from loopscale import objectives
+from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
 from loopscale.objectives import METRIC_KEYS
 
@@ -523,8 +524,10 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
             print(f"calibrated {spec.calibrate.param} = {rate:.4g} "
                   f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
         stages["search"] = _run_stage(spec, "search", recipe, experiment_id, parent, tags, verbose, user_period)
-        close_sweep(spec, parent)
+        flops = flops_spent(spec, stages)
+        close_sweep(spec, parent, flops)
         state.save({**saved, "complete": True})
+        print(f"spent: {flops_text(flops['total'], flops['paper_grid'])}", flush=True)
         print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
               f"--tracking-uri {redact(spec.tracking_uri)}", flush=True)
         return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
@@ -582,6 +585,16 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
             metrics = {"status": "failed", "reason": "no final result"}
         outcome.results.append({**result.config["meta"], **metrics, "trial": result.config["trial"]})
     return outcome
+
+
+def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, Any]:
+    """FLOPs the sweep's trials spent: total (every stage), per search cell, and the paper grid's figure where
+    the sweep has its cells, template and batch (else None)."""
+    spent = [(r["cell"], r["stage"], float(r.get("flops_spent", 0.0))) for s in stages.values() for r in s.results
+             if _finite(r.get("flops_spent"))]
+    per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}
+    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    return {"total": sum(f for _, _, f in spent), "per_cell": per_cell, "paper_grid": reference}
 
 
 def _error_log(result: Any) -> str:

@@ -213,7 +213,9 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
     runs = trial_runs(sweep)
     assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(planned)
     assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
-    assert not [r for r in trial_runs(sweep, ViewType.ALL) if r.info.status == "RUNNING"]
+    orphans = [(r.data.tags.get("trial_key"), r.info.lifecycle_stage, r.data.params.get("s"))
+               for r in trial_runs(sweep, ViewType.ALL) if r.info.status == "RUNNING"]
+    assert not orphans, f"RUNNING runs left (trial key, lifecycle, s): {orphans}"
     client = MlflowClient(sweep.tracking_uri)
     experiment = client.get_experiment_by_name(sweep.name)
     parents = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
