@@ -2,13 +2,17 @@
 
 Columns: run_id, sweep, stage, r, budget_flops, width, n_prelude, n_recur, n_coda, N_once, N_rec, N_embed,
 flops_per_token, tokens, flops_spent, val_loss, status (+ lr, seed, objective, reason, cell, s, batch_tokens and
-the trial's ``template.*`` keys where recorded). Rows whose status is not "ok" (failed, diverged, or "invalid":
+the trial's ``template.*`` keys where recorded). A trial with warmdown branches (objectives/train.py) records
+``branch<i>.*`` values; each branch becomes a row of its own (``expand_branches``), with the trial's sizes,
+the branch's budget, tokens, FLOPs and loss, run_id ``<trial run_id>/branch<i>`` and ``branch_of`` = the
+trial's run_id. Rows whose status is not "ok" (failed, diverged, or "invalid":
 marked ok but with a missing or impossible number) stay in the table with their reason; ``usable_runs`` and
 ``exclusions`` separate them so every report can count them.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 
 RUN_COLUMNS = ("run_id", "sweep", "stage", "r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda",
                "N_once", "N_rec", "N_embed", "flops_per_token", "tokens", "flops_spent", "val_loss", "status")
-EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens", "cell_widths")
+EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens", "cell_widths", "branch_of")
 NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                    "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
@@ -79,13 +83,18 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
     runs = table.copy()
     defaults: dict[str, Any] = {"run_id": [f"row{i}" for i in range(len(runs))], "sweep": default_sweep,
                                 "stage": "search", "status": "ok", "reason": "", "objective": "", "cell": "",
-                                "cell_widths": ""}
+                                "cell_widths": "", "branch_of": ""}
+    for column in defaults:
+        if column not in runs.columns:
+            runs[column] = defaults[column]
+    runs = expand_branches(runs)
     for column in (*RUN_COLUMNS, *EXTRA_COLUMNS):
         if column not in runs.columns:
             runs[column] = defaults.get(column, np.nan)
     for column in NUMERIC_COLUMNS:
         runs[column] = pd.to_numeric(runs[column], errors="coerce")
-    for column in ("run_id", "sweep", "stage", "status", "reason", "objective", "cell", "cell_widths"):
+    for column in ("run_id", "sweep", "stage", "status", "reason", "objective", "cell", "cell_widths",
+                   "branch_of"):
         runs[column] = runs[column].map(lambda v: "" if pd.isna(v) else str(v))
     runs["status"] = runs["status"].str.strip().str.lower().replace("", "ok")
 
@@ -99,6 +108,38 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
     runs.loc[ok, "r"] = runs.loc[ok, "r"].round()
     front = [*RUN_COLUMNS, *EXTRA_COLUMNS]
     return runs[front + [c for c in runs.columns if c not in front]].reset_index(drop=True)
+
+
+# the names objectives/trial.py (BRANCH_KEYS) gives a branch's values; analysis does not import objectives
+BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
+BRANCH_FIELDS = ("budget_flops", "tokens", "flops_spent", "val_loss")  # what a branch row takes from its branch
+
+
+def expand_branches(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with one more row per recorded warmdown branch (module docstring), branch columns dropped.
+
+    A branch of a trial that did not finish ok keeps the trial's status and reason.
+    """
+    found = {m.group(1) for c in runs.columns if (m := BRANCH_COLUMN.match(str(c)))}
+    columns = [c for c in runs.columns if BRANCH_COLUMN.match(str(c))]
+    trials = runs.drop(columns=columns)
+    pieces = [trials]
+    for index in sorted(found, key=int):
+        prefix = f"branch{index}."
+        has = pd.to_numeric(runs.get(prefix + "tokens"), errors="coerce").notna() if prefix + "tokens" in runs \
+            else pd.Series(False, index=runs.index)
+        if not has.any():
+            continue
+        branch = trials[has].copy()
+        for field in BRANCH_FIELDS:
+            branch[field] = runs.loc[has, prefix + field] if prefix + field in runs else np.nan
+        branch["branch_of"] = trials.loc[has, "run_id"].astype(str)
+        branch["cell"] = ""  # the trial's cell tag names its own budget; a branch's cell is (its budget, r)
+        branch["run_id"] = branch["branch_of"] + f"/branch{index}"
+        if "steps" in branch and prefix + "steps" in runs:
+            branch["steps"] = runs.loc[has, prefix + "steps"]
+        pieces.append(branch)
+    return pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else trials
 
 
 def _row_problems(runs: pd.DataFrame) -> pd.Series:

@@ -19,6 +19,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
+from .runs import BRANCH_COLUMN
 from .store import KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact, resolve_tracking_uri, runs_query
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
@@ -77,6 +78,7 @@ def _row(run, experiment: str) -> dict[str, Any]:
     else:
         row["status"], row["reason"] = "failed", f"no status tag and no val_loss (MLflow run {run.info.status})"
     row.update({k: v for k, v in params.items() if k.startswith("template.")})
+    row.update({k: v for k, v in metrics.items() if BRANCH_COLUMN.match(k)})  # warmdown branches (runs.py)
     return row
 
 

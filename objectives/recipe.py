@@ -19,7 +19,12 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
     betas          (0.8, 0.95) AdamW;  eps 1e-10;  weight_decay 0.0 (every group)
     momentum       0.95        Muon and MuonH;   ns_steps 5 (Muon; MuonH runs Polar Express's 5 iterations)
     schedule       "paper"     "paper": linear decay from the peak to final_lr_frac over the run, no warmup;
-                               "cosine": linear warmup then cosine decay to final_lr_frac
+                               "cosine": linear warmup then cosine decay to final_lr_frac;
+                               "wsd": warmup, constant peak, then a linear warmdown to final_lr_frac over the
+                               last warmdown_frac of the steps (the schedule warmdown branches need)
+    warmdown_frac  0.2         "wsd": share of the run's steps spent warming down
+    branch_budgets []          "wsd": budgets C_k below the trial's at which it branches a warmdown from its
+                               constant phase and records the loss at D_k = C_k / F (objectives/train.py)
     warmup_frac    None        share of steps for linear warmup; None -> 0 (paper) / 0.05 (cosine)
     final_lr_frac  0.1         learning rate at the last step, as a share of the peak
     micro_batch    None        tokens per micro-batch (gradient accumulation); None -> the whole batch
@@ -58,9 +63,9 @@ from .checks import did_you_mean
 
 HAS_MUON = hasattr(torch.optim, "Muon")
 OPTIMIZERS = ("muonh", "muon", "adamw")
-SCHEDULES = ("paper", "cosine")
+SCHEDULES = ("paper", "cosine", "wsd")
 DEFAULT_BASE_LR = {"muonh": 0.014, "muon": 0.04, "adamw": 0.004}
-DEFAULT_WARMUP = {"paper": 0.0, "cosine": 0.05}
+DEFAULT_WARMUP = {"paper": 0.0, "cosine": 0.05, "wsd": 0.0}
 
 RECIPE_DEFAULTS: dict[str, Any] = {
     "optimizer": "muon" if HAS_MUON else "adamw",
@@ -79,6 +84,8 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "ns_steps": 5,
     "schedule": "paper",
     "warmup_frac": None,
+    "warmdown_frac": 0.2,
+    "branch_budgets": [],
     "final_lr_frac": 0.1,
     "micro_batch": None,
     "log_every": 10,
@@ -90,7 +97,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 _NUMBERS: dict[str, tuple[str, float]] = {
     "lr": ("pos", 0), "base_lr": ("pos", 0), "embedding_lr": ("nonneg", 0), "head_lr": ("nonneg", 0),
     "norm_lr": ("nonneg", 0), "lane_lr": ("nonneg", 0), "eps": ("pos", 0), "weight_decay": ("nonneg", 0), "momentum": ("frac", 0),
-    "warmup_frac": ("frac", 0), "final_lr_frac": ("frac", 0), "diverge_factor": ("pos", 1),
+    "warmup_frac": ("frac", 0), "warmdown_frac": ("frac", 0), "final_lr_frac": ("frac", 0), "diverge_factor": ("pos", 1),
     "ref_width": ("int", 1), "ref_batch": ("int", 1), "ns_steps": ("int", 1), "micro_batch": ("int", 1), "log_every": ("int", 1),
 }
 
@@ -119,6 +126,12 @@ def validate_recipe(recipe: dict[str, Any]) -> None:
             raise ValueError(f"recipe.{key} must be true or false, got {recipe[key]!r}")
     if recipe.get("warmup_frac") is not None and recipe["warmup_frac"] >= 1:
         raise ValueError(f"recipe.warmup_frac must be < 1, got {recipe['warmup_frac']!r}")
+    branches = recipe.get("branch_budgets", [])
+    if not isinstance(branches, (list, tuple)) or not all(_is_number(b) and math.isfinite(b) and b > 0
+                                                          for b in branches):
+        raise ValueError(f"recipe.branch_budgets must be a list of positive FLOP budgets, got {branches!r}")
+    if branches and recipe.get("schedule", "paper") != "wsd":
+        raise ValueError("recipe.branch_budgets needs schedule = \"wsd\" (branches leave a constant-lr phase)")
 
 
 def normalize_recipe(recipe: dict[str, Any] | None) -> dict[str, Any]:
@@ -131,6 +144,7 @@ def normalize_recipe(recipe: dict[str, Any] | None) -> dict[str, Any]:
     if full["warmup_frac"] is None:
         full["warmup_frac"] = DEFAULT_WARMUP[full["schedule"]]
     full["betas"] = tuple(full["betas"])
+    full["branch_budgets"] = sorted(float(b) for b in full["branch_budgets"])
     return full
 
 
@@ -191,16 +205,28 @@ def lr_multiplier(recipe: dict[str, Any], step: int, steps: int) -> float:
 
     Warmup (both schedules): (step + 1) / w for the first w = round(warmup_frac * steps) steps. Then with
     progress x in [0, 1] over the remaining steps and f = final_lr_frac:
-    paper  1 - (1 - f) x  (linear to f);   cosine  f + (1 - f) (1 + cos(pi x)) / 2.
+    paper  1 - (1 - f) x  (linear to f);   cosine  f + (1 - f) (1 + cos(pi x)) / 2;
+    wsd    1 until the last k = round(warmdown_frac * steps) steps (``warmdown_start``), then linear to f at the
+    last step. The multiplier before the warmdown does not depend on ``steps``: a wsd run of any length
+    follows the same rates there, which is what lets a warmdown branch stand for a run trained outright.
     """
     warmup = round(recipe["warmup_frac"] * steps)
     if step < warmup:
         return (step + 1) / warmup
+    if recipe["schedule"] == "wsd":
+        start = warmdown_start(recipe, steps)
+        x = (step - start + 1) / (steps - start) if step >= start else 0.0
+        return 1.0 - (1.0 - recipe["final_lr_frac"]) * x
     x = (step - warmup) / max(steps - warmup - 1, 1)
     f = recipe["final_lr_frac"]
     if recipe["schedule"] == "paper":
         return 1.0 - (1.0 - f) * x
     return f + (1.0 - f) * 0.5 * (1.0 + math.cos(math.pi * x))
+
+
+def warmdown_start(recipe: dict[str, Any], steps: int) -> int:
+    """First step of a wsd run's warmdown (``steps`` when it has none)."""
+    return steps - round(recipe["warmdown_frac"] * steps)
 
 
 def set_lr(optimizers: list[torch.optim.Optimizer], multiplier: float) -> None:

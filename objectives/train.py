@@ -15,6 +15,15 @@ Trial config keys beyond ``objectives.trial`` (defaults in brackets)::
     seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
                          which every trial of a sweep shares
 
+Warmdown branches (the paper's script has them; PAPER.md): with ``recipe.schedule = "wsd"`` and
+``recipe.branch_budgets``, a trial of budget C also records the loss at D_k = ``tokens_for_budget`` (C_k) for
+every C_k < C. At step f_k = ``warmdown_start`` (D_k's steps), still in the trial's constant phase, it saves the
+model and optimizer states, trains steps f_k .. S_k - 1 on the same batches with the rates a wsd run of S_k
+steps would use (a linear warmdown), evaluates, and restores the saved states. Up to float noise, the branch
+is the run trained for D_k outright (same init, same data order, same rates), for the price of its warmdown
+(``cost_flops`` = F * (S_k - f_k) * batch), which the trial's ``flops_spent`` includes. Each branch is
+returned as ``branch<i>.*`` keys (objectives.trial.BRANCH_KEYS); the runs table makes it a row of its own.
+
 A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss ends the trial early with
 ``status = "diverged"`` and a ``reason``; it is returned, never raised. Steps, tokens and FLOPs then count
 what was actually trained.
@@ -30,6 +39,7 @@ workers; tokens per second count all of them, and MFU divides by k devices' peak
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from collections.abc import Callable
@@ -42,8 +52,8 @@ from loopscale.model import LoopedConfig, LoopedLM, runtime
 
 from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
-from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
-from .trial import accounting_metrics, model_config
+from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr, warmdown_start
+from .trial import accounting_metrics, branch_key, model_config
 
 DEFAULT_VAL_TOKENS = 65_536
 
@@ -95,14 +105,16 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     optimizers = build_optimizers(model, lrs, recipe)
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"])
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
+    branches = branch_plan(recipe, config, float(trial_config["budget_flops"]), plan["steps"], batch_tokens)
 
     train_started = time.perf_counter()
-    outcome = loop.run(plan["steps"], batch_tokens, report)
+    outcome = loop.run(plan["steps"], batch_tokens, report, branches=branches, raw_model=model)
     train_wall = time.perf_counter() - train_started
 
     steps_done = outcome["steps"]
     tokens = steps_done * batch_tokens
-    flops_spent = float(plan["flops_per_token"] * tokens)
+    branch_steps = sum(b["steps"] - b["fork"] for b in outcome["branches"])
+    flops_spent = float(plan["flops_per_token"] * (tokens + branch_steps * batch_tokens))
     reason = outcome["reason"]
     val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows, group)
     if not reason and not math.isfinite(val_loss):
@@ -122,7 +134,35 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
         "wall_s": time.perf_counter() - started,
         "status": "diverged" if reason else "ok",
         "reason": reason,
+        **branch_metrics(outcome["branches"], plan["flops_per_token"], batch_tokens),
     }
+
+
+def branch_plan(recipe: dict[str, Any], config: LoopedConfig, budget: float, steps: int,
+                batch_tokens: int) -> list[dict[str, Any]]:
+    """The trial's warmdown branches: per budget C_k < ``budget`` of ``recipe.branch_budgets``, its steps S_k
+    (from ``model``'s accounting) and fork step f_k = warmdown_start(S_k). A branch that would fork after
+    the trial's own warmdown has begun, or buys no step, is left out."""
+    out = []
+    last_fork = warmdown_start(recipe, steps)
+    for c_k in recipe["branch_budgets"]:
+        steps_k = accounting_metrics(config, c_k, batch_tokens)["steps"] if c_k < budget else 0
+        fork = warmdown_start(recipe, steps_k)
+        if 0 < steps_k < steps and fork <= last_fork:
+            out.append({"budget_flops": c_k, "steps": steps_k, "fork": fork})
+    return out
+
+
+def branch_metrics(done: list[dict[str, Any]], flops_per_token: int, batch_tokens: int) -> dict[str, float]:
+    """The flat ``branch<i>.*`` metrics of the branches a trial ran (objectives.trial.BRANCH_KEYS)."""
+    out: dict[str, float] = {}
+    for i, b in enumerate(done):
+        tokens = b["steps"] * batch_tokens
+        values = {"budget_flops": b["budget_flops"], "tokens": tokens, "steps": b["steps"],
+                  "flops_spent": float(flops_per_token * tokens), "val_loss": b["val_loss"],
+                  "cost_flops": float(flops_per_token * (b["steps"] - b["fork"]) * batch_tokens)}
+        out.update({branch_key(i, k): v for k, v in values.items()})
+    return out
 
 
 class _TrainLoop:
@@ -134,24 +174,48 @@ class _TrainLoop:
         self.model, self.optimizers, self.packed, self.recipe = model, optimizers, packed, recipe
         self.device, self.rows_per_step, self.micro_rows, self.group = device, rows_per_step, micro_rows, group
 
-    def run(self, steps: int, batch_tokens: int, report: Report | None) -> dict[str, Any]:
-        recipe, group = self.recipe, self.group
+    def step(self, step: int, steps: int) -> torch.Tensor:
+        """One optimizer step on batch ``step`` at the rate of step ``step`` of a ``steps``-step run; its loss
+        (this worker's)."""
+        group = self.group
         n_micro = self.rows_per_step // group.world // self.micro_rows
+        set_lr(self.optimizers, lr_multiplier(self.recipe, step, steps))
+        rows = self.packed.train_batch(step, self.rows_per_step, group.rank, group.world)
+        batch = torch.from_numpy(rows).to(self.device, non_blocking=True)
+        total = torch.zeros((), device=self.device)
+        for i, micro in enumerate(batch.split(self.micro_rows)):
+            with group.sync_gradients(self.model, i == n_micro - 1):
+                with runtime.autocast(self.device, self.recipe["bf16"]):
+                    loss = self.model(micro[:, :-1], micro[:, 1:])
+                (loss / n_micro).backward()
+            total += loss.detach() / n_micro
+        for optimizer in self.optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def branch(self, plan: dict[str, Any], raw_model: torch.nn.Module) -> dict[str, Any]:
+        """Warm down from here (step ``plan["fork"]``) to ``plan["steps"]``, evaluate, restore the states."""
+        saved = copy.deepcopy(raw_model.state_dict())
+        saved_optimizers = [copy.deepcopy(o.state_dict()) for o in self.optimizers]
+        for step in range(plan["fork"], plan["steps"]):
+            self.step(step, plan["steps"])
+        val_loss = evaluate(self.model, self.packed, self.device, self.recipe["bf16"], self.micro_rows, self.group)
+        raw_model.load_state_dict(saved)
+        for optimizer, state in zip(self.optimizers, saved_optimizers):
+            optimizer.load_state_dict(state)
+        return {**plan, "val_loss": val_loss}
+
+    def run(self, steps: int, batch_tokens: int, report: Report | None, *, branches: list[dict[str, Any]] = (),
+            raw_model: torch.nn.Module | None = None) -> dict[str, Any]:
+        recipe, group = self.recipe, self.group
         window = torch.zeros((), device=self.device)  # summed step losses since the last check
         window_steps, first_loss, last_mean = 0, None, float("nan")
+        pending, done = sorted(branches, key=lambda b: b["fork"]), []
         for step in range(steps):
-            set_lr(self.optimizers, lr_multiplier(recipe, step, steps))
-            rows = self.packed.train_batch(step, self.rows_per_step, group.rank, group.world)
-            batch = torch.from_numpy(rows).to(self.device, non_blocking=True)
-            for i, micro in enumerate(batch.split(self.micro_rows)):
-                with group.sync_gradients(self.model, i == n_micro - 1):
-                    with runtime.autocast(self.device, recipe["bf16"]):
-                        loss = self.model(micro[:, :-1], micro[:, 1:])
-                    (loss / n_micro).backward()
-                window += loss.detach() / n_micro
-            for optimizer in self.optimizers:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+            while pending and pending[0]["fork"] == step:
+                done.append(self.branch(pending.pop(0), raw_model))
+            window += self.step(step, steps)
             window_steps += 1
             if step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps:
                 last_mean = group.mean(window).item() / window_steps
@@ -160,10 +224,10 @@ class _TrainLoop:
                 first_loss = last_mean if first_loss is None else first_loss
                 reason = _divergence(last_mean, first_loss, recipe["diverge_factor"], step + 1)
                 if reason:
-                    return {"steps": step + 1, "train_loss": last_mean, "reason": reason}
+                    return {"steps": step + 1, "train_loss": last_mean, "reason": reason, "branches": done}
                 if report is not None:
                     report({"train_loss": last_mean, "step": step + 1, "tokens": (step + 1) * batch_tokens})
-        return {"steps": steps, "train_loss": last_mean, "reason": ""}
+        return {"steps": steps, "train_loss": last_mean, "reason": "", "branches": done}
 
 
 def _divergence(loss: float, first_loss: float, factor: float, step: int) -> str:

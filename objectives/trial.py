@@ -15,7 +15,8 @@ A trial config is a plain dict (so Ray can ship it and MLflow can log it)::
     data, recipe, device, num_threads, cache_dir, val_tokens
                           train only (see objectives.train)
 
-Both objectives return a dict with exactly ``METRIC_KEYS``: ``val_loss`` in nats per token, ``val_bpb`` bits
+Both objectives return a dict with ``METRIC_KEYS`` (and nothing else, but for a training trial with warmdown
+branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/train.py): ``val_loss`` in nats per token, ``val_bpb`` bits
 per byte (NaN where it does not apply: simulated trials, synthetic data), ``status`` "ok" | "diverged" and
 ``reason`` ("" when ok).
 """
@@ -31,6 +32,21 @@ METRIC_KEYS = (
     "N_once", "N_rec", "N", "N_embed", "width", "s", "r", "n_prelude", "n_recur", "n_coda", "lr",
     "tokens_per_s", "mfu", "wall_s", "status", "reason",
 )
+
+# A warmdown branch's point: the budget whose tokens it reaches, those tokens and steps, the FLOPs of a run
+# trained for them outright (F * tokens), its validation loss, and the FLOPs its warmdown cost the trial.
+BRANCH_KEYS = ("budget_flops", "tokens", "steps", "flops_spent", "val_loss", "cost_flops")
+BRANCH_PREFIX = "branch"
+
+
+def branch_key(index: int, name: str) -> str:
+    """The flat metric name of a branch's value, e.g. ``branch0.val_loss``."""
+    return f"{BRANCH_PREFIX}{index}.{name}"
+
+
+def is_branch_key(key: str) -> bool:
+    head, dot, name = key.partition(".")
+    return bool(dot) and head.startswith(BRANCH_PREFIX) and head[len(BRANCH_PREFIX):].isdigit() and name in BRANCH_KEYS
 
 
 def model_config(trial_config: dict[str, Any]) -> LoopedConfig:

@@ -37,6 +37,7 @@ from mlflow.tracking import MlflowClient
 
 from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
 from loopscale.objectives import METRIC_KEYS, model_config
+from loopscale.objectives.trial import is_branch_key
 
 from .spec import SweepSpec
 from .ui import VIEW_TAG, runs_view
@@ -309,6 +310,7 @@ class TrialTracker:
         reason = str(result.get("reason", "")) or ("" if status == "ok" else f"trial reported status {status}")
         now_ms, step = int(time.time() * 1000), int(result.get("steps", 0) or 0)
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
+        entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))

@@ -1,0 +1,66 @@
+"""Warmdown branches: a wsd trial records the loss at smaller budgets' token counts by branching a warmdown
+from its constant phase; each branch is a point of the runs table with the accounting's tokens and FLOPs."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from loopscale.analysis.runs import validate_runs
+from loopscale.model import flops_per_token, tokens_for_budget
+from loopscale.objectives import train, validate_recipe
+from loopscale.objectives.recipe import normalize_recipe, warmdown_start
+from loopscale.objectives.trial import model_config
+from test_train import BATCH, cache_dir, trial  # noqa: F401 (fixture)
+
+WSD = {"schedule": "wsd", "warmdown_frac": 0.25}
+BRANCHES = [3e10, 6e10]
+
+
+@pytest.fixture(scope="module")
+def branched(cache_dir):
+    return train(trial(cache_dir, 2, 2, 1e11, {**WSD, "branch_budgets": BRANCHES}))
+
+
+def test_branch_points_have_the_accountings_tokens_and_flops(branched, cache_dir):
+    config = model_config(trial(cache_dir, 2, 2, 1e11))
+    f = flops_per_token(config)
+    recipe = normalize_recipe(WSD)
+    warmdown_tokens = 0
+    for i, budget in enumerate(BRANCHES):
+        tokens = tokens_for_budget(config, budget, BATCH)
+        steps = tokens // BATCH
+        assert branched[f"branch{i}.budget_flops"] == budget
+        assert branched[f"branch{i}.tokens"] == tokens and branched[f"branch{i}.steps"] == steps
+        assert branched[f"branch{i}.flops_spent"] == f * tokens
+        assert branched[f"branch{i}.cost_flops"] == f * (steps - warmdown_start(recipe, steps)) * BATCH
+        warmdown_tokens += (steps - warmdown_start(recipe, steps)) * BATCH
+    assert branched["tokens"] == tokens_for_budget(config, 1e11, BATCH)
+    assert branched["flops_spent"] == f * (branched["tokens"] + warmdown_tokens)  # the branches' cost counted
+    assert branched["status"] == "ok"
+
+
+def test_a_branch_is_the_run_trained_for_its_tokens_outright(branched, cache_dir):
+    outright = train(trial(cache_dir, 2, 2, BRANCHES[1], WSD))
+    assert outright["tokens"] == branched["branch1.tokens"]
+    assert branched["branch1.val_loss"] == pytest.approx(outright["val_loss"], abs=1e-4)
+    # and the main run, restored after each branch, ends lower than its branches
+    assert branched["val_loss"] < branched["branch1.val_loss"] < branched["branch0.val_loss"]
+
+
+def test_each_branch_is_a_row_of_the_runs_table(branched):
+    row = {"run_id": "t1", "stage": "search", **{k: v for k, v in branched.items() if k != "reason"}}
+    runs = validate_runs(pd.DataFrame([row]))
+    assert list(runs["run_id"]) == ["t1", "t1/branch0", "t1/branch1"]
+    assert list(runs["branch_of"]) == ["", "t1", "t1"]
+    assert list(runs["budget_flops"]) == [1e11, *BRANCHES]
+    assert list(runs["tokens"]) == [branched["tokens"], branched["branch0.tokens"], branched["branch1.tokens"]]
+    assert (runs["status"] == "ok").all() and runs["N_once"].nunique() == 1
+    assert not any(c.startswith("branch0.") for c in runs.columns)
+
+
+def test_branches_need_the_wsd_schedule():
+    with pytest.raises(ValueError, match="needs schedule"):
+        validate_recipe({"branch_budgets": [1e11]})
+    with pytest.raises(ValueError, match="list of positive"):
+        validate_recipe({"schedule": "wsd", "branch_budgets": [-1]})
