@@ -1,6 +1,6 @@
 """The law sampler (search/law_sampler.py) driven as Tune drives it (CellSearcher.suggest / on_trial_complete),
 without Ray: seeded and deterministic, restorable from its pickle, bracketing beyond an edge, stopping at the
-tolerance, cheap cells first."""
+tolerance, cheap cells first; and analysis flagging a cell whose best run is the edge of its widths."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import dataclasses
 import pickle
 
 import optuna
+import pandas as pd
 import pytest
 
+from loopscale.analysis import cell_optima
 from loopscale.model import PAPER_LAW
 from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
@@ -136,3 +138,16 @@ def test_the_shipped_noise_is_correlated_within_cells_and_repeatable(spec):
     zero = dataclasses.replace(spec, noise=0.0, cell_noise=0.0, misspec=0.0)
     assert [simulate(zero.trial_config(cell, s))["val_loss"] for s in cell.widths] == pytest.approx(
         [clean_loss(spec, g, h) for h in g.heads])
+
+
+def test_analysis_flags_a_cell_whose_best_run_is_the_edge_of_its_widths_as_bound_limited(spec):
+    cell = spec.cells()[0]
+    g = CellGeometry.of(spec, cell)
+    rows = [{**simulate(spec.trial_config(cell, s)), "val_loss": 3.0 - 0.01 * i, "stage": "search",
+             "cell_widths": f"{cell.widths[0]:g}-{cell.widths[-1]:g}"} for i, s in enumerate(cell.widths[-3:])]
+    table = cell_optima(pd.DataFrame(rows), n_bootstrap=0).table  # the loss falls to the widest width
+    assert list(table["status"]) == ["bound_limited"]
+    assert f"best run at s={cell.widths[-1]:g}, the widest width" in table["reason"][0]
+    assert g.heads[-1] == round(cell.widths[-1] * spec.width_unit / spec.head_dim)
+    unrecorded = cell_optima(pd.DataFrame(rows).drop(columns="cell_widths"), n_bootstrap=0).table
+    assert list(unrecorded["status"]) == ["no_interior_minimum"]  # without the range, no claim about bounds

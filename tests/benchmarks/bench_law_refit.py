@@ -1,0 +1,65 @@
+"""What the law sampler's refit costs the driver after each finished trial (run on demand; prints figures).
+
+    python tests/benchmarks/bench_law_refit.py [--repeats 3]
+
+The paper's 116-run grid, simulated with the shipped noise, is fed to one ``LawSurrogate`` run by run (cheap
+budgets first, as the sampler orders them); every ``add`` refits the joint law warm-started and re-derives each
+cell's predicted optimum and its spread. Printed: the median and maximum seconds of one add at 20-59, 60-99 and
+100-116 runs, next to the baseline measured in the same run: analysis' full fit of the same 116 runs without its
+bootstrap (``fit_joint_law(n_bootstrap=0)``, 500 cold starts). Take the figures on idle cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from loopscale.analysis import fit_joint_law  # noqa: E402
+from loopscale.analysis.flops import PAPER_GRID  # noqa: E402
+from loopscale.objectives import simulate  # noqa: E402
+from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.law_sampler import CellGeometry, LawSurrogate  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
+    spec = dataclasses.replace(spec, tokens_per_param=None)  # every width of the grid inside its cell
+    cells = spec.cells()
+    runs = [(c, s, simulate(spec.trial_config(c, s))) for c in cells for s in PAPER_GRID[c.budget]]
+    seconds: dict[str, list[float]] = {"20-59": [], "60-99": [], "100+": []}
+    for _ in range(args.repeats):
+        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=0, tolerance=spec.tolerance)
+        for n, (cell, s, result) in enumerate(runs, start=1):
+            heads = round(s * spec.width_unit / spec.head_dim)
+            started = time.perf_counter()
+            surrogate.add(cell.key, heads, result["val_loss"])
+            took = time.perf_counter() - started
+            band = "100+" if n >= 100 else "60-99" if n >= 60 else "20-59" if n >= 20 else None
+            if band:
+                seconds[band].append(took)
+    table = pd.DataFrame([{**r, "stage": "search", "status": "ok"} for _, _, r in runs])
+    started = time.perf_counter()
+    fit_joint_law(table, n_bootstrap=0)
+    baseline = time.perf_counter() - started
+    print(f"{len(runs)} runs of the paper grid, {args.repeats} passes; baseline: fit_joint_law without bootstrap "
+          f"{baseline:.2f} s")
+    for band, values in seconds.items():
+        print(f"refit + predictions at {band:>5} runs: median {statistics.median(values):.3f} s, "
+              f"max {max(values):.3f} s ({statistics.median(values) / baseline:.1%} of the baseline)")
+
+
+if __name__ == "__main__":
+    main()
