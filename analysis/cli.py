@@ -16,7 +16,7 @@ from loopscale.model import PAPER_LAW
 
 from .allocation import allocation_table, buildable, outside_fitted, readable
 from .compare import compare_runs, excluded_text
-from .fit import DATA_MODES, INTERVAL_METHODS, FitOptions, fit_joint_law, with_identification
+from .fit import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptions, fit_joint_law, with_identification
 from .identify import likely_fixes
 from .isoflop import cell_optima
 from .report import analyze, template_mismatch
@@ -117,28 +117,38 @@ def _options(args: argparse.Namespace) -> FitOptions:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    options = _options(args)
-    runs = load_runs(args.experiment, args.tracking_uri)
-    name = Path(args.experiment).stem if runs.attrs.get("tracking_uri") is None else args.experiment
-    if args.budgets:
-        warn_extrapolation(args.budgets, usable_runs(runs, stage=options.stage)["budget_flops"])
+    analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=_options(args),
+                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log)
+    return 0
+
+
+def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out: Path | None = None,
+                       options: FitOptions = DEFAULT_FIT_OPTIONS, budgets: list[float] | None = None,
+                       recurrences: list[int] | None = None, log: bool = True) -> Path:
+    """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file), write its tables and
+    plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
+    when the runs came from MLflow and ``log``."""
+    runs = load_runs(experiment, tracking_uri)
+    name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
+    if budgets:
+        warn_extrapolation(budgets, usable_runs(runs, stage=options.stage)["budget_flops"])
     progress = Progress()
-    result = analyze(runs, name=name, options=options, budgets=args.budgets, recurrences=args.recurrences,
+    result = analyze(runs, name=name, options=options, budgets=budgets, recurrences=recurrences,
                      progress=progress)
-    out = args.out or DEFAULT_OUT / name
+    out = out or DEFAULT_OUT / name
     progress(f"writing tables and plots to {out}")
     written = result.write(out)
     print(result.summary_text())
     print(f"wrote {len(written)} files to {out}")
-    if runs.attrs.get("tracking_uri") is not None and not args.no_log:
+    if runs.attrs.get("tracking_uri") is not None and log:
         from .tracking import log_analysis
 
         metrics, params, tags = result.mlflow_record()
-        run_id, replaced = log_analysis(args.experiment, runs.attrs["tracking_uri"], out, metrics=metrics,
+        run_id, replaced = log_analysis(experiment, runs.attrs["tracking_uri"], out, metrics=metrics,
                                         params=params, tags=tags)
-        print(f"logged to MLflow run {run_id} of experiment {args.experiment!r}"
+        print(f"logged to MLflow run {run_id} of experiment {experiment!r}"
               + (f" (replaced {len(replaced)} earlier analysis run(s))" if replaced else ""))
-    return 0
+    return out
 
 
 class Progress:

@@ -144,7 +144,7 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args)
+    return run_demo(args.tracking_uri, args.verbose)
 
 
 # analyze, export and compare come from the analysis package

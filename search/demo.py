@@ -8,7 +8,6 @@ reuses it and only re-runs the analysis (replacing the previous analysis run in 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -27,27 +26,21 @@ def allocation_summary(csv_path: Path) -> str:
     return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(tracking_uri: str | None = None, verbose: bool = False) -> int:
     """Search (resuming or reusing earlier state), analyse, and point at the results."""
-    from loopscale.analysis.cli import DEFAULT_OUT
+    from loopscale.analysis.cli import analyze_experiment
 
-    from .cli import build_parser
     from .tune_runner import run_search  # imports Ray: only when the demo really runs
 
-    spec = SweepSpec.from_toml("demo", tracking_uri=args.tracking_uri)
-    run_search(spec, resume=True, verbose=args.verbose)
+    spec = SweepSpec.from_toml("demo", tracking_uri=tracking_uri)
+    run_search(spec, resume=True, verbose=verbose)
 
-    out = DEFAULT_OUT / spec.name
-    analyze = build_parser().parse_args(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri,
-                                         "--out", str(out)])
-    code = analyze.func(analyze)
-    if code:
-        return code
+    out = analyze_experiment(spec.name, spec.tracking_uri)
     allocation = out / "tables" / "allocation.csv"
     if allocation.is_file():
         print("\ncompute-optimal allocation under the fitted law (all columns: "
               f"{allocation}):\n{allocation_summary(allocation)}")
     print(f"\ntables: {out / 'tables'}\nplots:  {out / 'plots'}\n"
           f"browse every run and the analysis in the MLflow UI: loopscale ui --experiment {spec.name}"
-          + ("" if args.tracking_uri is None else f" --tracking-uri {redact(spec.tracking_uri)}"))
+          + ("" if tracking_uri is None else f" --tracking-uri {redact(spec.tracking_uri)}"))
     return 0

@@ -117,14 +117,15 @@ def test_bad_experiments_exit_2_with_one_line_and_write_nothing(replay, tmp_path
     assert not out.exists()
 
 
-@pytest.mark.parametrize("make", ["missing", "corrupted"])
-def test_unreadable_stores_exit_2(tmp_path, capsys, make):
+@pytest.mark.parametrize("make, message", [("missing", "no MLflow database at"),
+                                           ("corrupted", "is not a readable SQLite database")])
+def test_unreadable_stores_exit_2(tmp_path, capsys, make, message):
     db = tmp_path / "mlflow.db"
     if make == "corrupted":
         db.write_bytes(b"\x00garbage" * 512)
     out = tmp_path / "out"
     assert main(["analyze", "--experiment", "paper", "--tracking-uri", f"sqlite:///{db}", "--out", str(out)]) == 2
-    assert "MLflow database" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
     assert not out.exists() and (make == "corrupted" or not db.exists())
 
 

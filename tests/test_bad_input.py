@@ -287,7 +287,7 @@ def test_console_exit_code_is_2_with_one_line_and_no_traceback(tmp_path):
     before = snapshot(tmp_path)
     for argv, message in ((["search", "spec.toml"], "r=3 does not divide the shared depth"),
                           (["analyze", "--experiment", "sweep", "--tracking-uri", garbage],
-                           "cannot read MLflow database")):
+                           "is not a readable SQLite database")):
         done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", *argv], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, done.stderr

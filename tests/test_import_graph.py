@@ -1,0 +1,124 @@
+"""The import graph of the package, read from the source (ast): no cycle between modules, and imports one way
+(DESIGN.md): search -> objectives -> model, analysis -> model; model needs only torch; Ray and Optuna are
+imported in one module of search (their APIs churn) plus the Optuna sampler subclass; analysis never imports Ray.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository root is the package ``loopscale``
+PACKAGES = ("model", "objectives", "analysis", "search")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = ("loopscale", *path.relative_to(ROOT).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only; nothing runs them)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def imports_of(name: str) -> set[str]:
+    """What module ``name`` imports, at any depth (a function's lazy import is still an import): modules of the
+    package by full name, anything else by its top-level name."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            # ``from pkg import sub`` imports the submodule when there is one
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        found |= {t if t.startswith("loopscale") else t.split(".")[0] for t in targets}
+    return found - {"__future__"}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def test_the_graph_was_read():
+    assert len(MODULES) > 40 and "loopscale.search.tune_runner" in MODULES
+    assert {"loopscale.search.spec", "ray", "optuna"} <= GRAPH["loopscale.search.tune_runner"]
+    assert "loopscale.search.space" in GRAPH["loopscale.search.spec"]  # ``from . import space``
+    assert "loopscale.search.spec" not in GRAPH["loopscale.search.space"]  # under TYPE_CHECKING only
+
+
+def test_no_cycle_between_modules():
+    """Depth-first search; a back edge to a module on the current path is a cycle, reported as its path."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for target in sorted(GRAPH[name] & MODULES.keys()):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(MODULES):
+        if name not in state:
+            visit(name)
+
+
+def _third_party(name: str) -> set[str]:
+    return {t for t in GRAPH[name] if not t.startswith("loopscale") and t not in sys.stdlib_module_names}
+
+
+ALLOWED_PACKAGES = {  # which of loopscale's packages each may import
+    "model": {"model"},
+    "objectives": {"objectives", "model"},
+    "analysis": {"analysis", "model"},
+    "search": {"search", "objectives", "model", "analysis"},
+}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_go_one_way(package):
+    for name in (n for n in MODULES if n.split(".")[1] == package):
+        used = {t.split(".")[1] for t in GRAPH[name] if t.startswith("loopscale.")}
+        assert used <= ALLOWED_PACKAGES[package], f"{name} imports loopscale.{sorted(used - ALLOWED_PACKAGES[package])}"
+        assert "loopscale" not in GRAPH[name], f"{name} imports the top-level package (it imports every room lazily)"
+
+
+def test_model_needs_only_torch():
+    for name in (n for n in MODULES if n.startswith("loopscale.model")):
+        assert _third_party(name) <= {"torch"}, f"{name} imports {sorted(_third_party(name) - {'torch'})}"
+
+
+def test_ray_and_optuna_stay_in_their_modules():
+    homes = {"ray": {"loopscale.search.tune_runner"},
+             "optuna": {"loopscale.search.tune_runner", "loopscale.search.law_sampler"}}
+    for library, allowed in homes.items():
+        users = {name for name in MODULES if library in GRAPH[name]}
+        assert users <= allowed, f"{library} imported by {sorted(users - allowed)}"
+    assert not any(name.startswith("loopscale.analysis") and "ray" in GRAPH[name] for name in MODULES)
