@@ -226,6 +226,9 @@ class SweepSpec:
             spec = dataclasses.replace(spec, data=data, recipe=recipe)
             require(spec.batch_tokens % spec.seq_len == 0,
                      f"batch_tokens {spec.batch_tokens} must be a whole number of sequences of seq_len {spec.seq_len}")
+            require(spec.batch_tokens // spec.seq_len % spec.workers == 0,
+                    f"batch_tokens {spec.batch_tokens} is {spec.batch_tokens // spec.seq_len} sequences, which "
+                    f"[resources] workers = {spec.workers} cannot share equally")
             objectives.validate_data(data)
             objectives.validate_recipe(recipe)
         spec = dataclasses.replace(spec, template={**template, "vocab_size": spec._vocab_size(uses_data)})

@@ -640,11 +640,19 @@ def _check_trials_fit(spec: SweepSpec, can_grow: bool) -> None:
     largest_cpu = max((res.get("CPU", 0.0) for res in nodes), default=0.0)
     largest_gpu = max((res.get("GPU", 0.0) for res in nodes), default=0.0)
     for stage in ("calibrate", "search") if spec.calibrate is not None else ("search",):
-        need = spec.resources(stage)
-        if any(res.get("CPU", 0.0) >= need["cpu"] and res.get("GPU", 0.0) >= need["gpu"] for res in nodes):
+        need, workers = spec.resources(stage), spec.workers_of(stage)
+        # every worker of a data-parallel trial fits some node, and the cluster holds all of them at once
+        room = sum(min(res.get("CPU", 0.0) // need["cpu"],
+                       res.get("GPU", 0.0) // need["gpu"] if need["gpu"] > 0 else math.inf) for res in nodes)
+        if room >= workers:
             continue
-        message = (f"[resources] asks for cpus = {need['cpu']:g}, gpus = {need['gpu']:g} per {stage} trial, but no "
-                   f"node of the Ray cluster has that much (the most: {largest_cpu:g} CPUs, {largest_gpu:g} GPUs)")
+        if workers == 1 or room == 0:
+            message = (f"[resources] asks for cpus = {need['cpu']:g}, gpus = {need['gpu']:g} per {stage} trial, but "
+                       f"no node of the Ray cluster has that much (the most: {largest_cpu:g} CPUs, "
+                       f"{largest_gpu:g} GPUs)")
+        else:
+            message = (f"[resources] asks for {workers} workers of cpus = {need['cpu']:g}, gpus = {need['gpu']:g} "
+                       f"per {stage} trial, but the Ray cluster's nodes hold only {room:g} such workers at once")
         if not can_grow:
             raise ValueError(message + "; no trial could ever start")
         print(f"warning: {message}; trials wait until a node that big joins", flush=True)

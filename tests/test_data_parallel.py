@@ -2,11 +2,13 @@
 inside the Tune trial, gloo on CPU) and must give the one-worker trial's loss curve at the same global batch, to
 floating-point tolerance, logged to MLflow in the same layout; and a trial may span two Ray nodes.
 
-Ray Train starts a controller and a worker group per trial: about 30-60 s per sweep on 2 cores, hence slow."""
+Ray Train starts a controller and a worker group per trial: about 30-60 s per sweep on 2 cores, hence slow.
+A spec whose workers cannot share the batch, or that no Ray here could ever hold, is one error line."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -16,7 +18,6 @@ from loopscale.search.cli import main
 from test_cluster import cluster  # noqa: F401 (a fixture)
 from test_spec import write_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def tiny_training_sweep(tmp_path, name, workers, **overrides):
@@ -36,6 +37,8 @@ def trial_run(tracking_uri, name):
     return run, sorted(curve)
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_two_workers_reproduce_the_one_worker_curve_and_layout(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for name, workers in (("one", 1), ("two", 2)):
@@ -59,6 +62,8 @@ def test_two_workers_reproduce_the_one_worker_curve_and_layout(tmp_path, capsys)
     assert len(two.data.tags["node"].split(",")) == 2  # the node of each worker, in rank order
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_a_trial_spans_two_ray_nodes(tmp_path, cluster, capsys):  # noqa: F811 (the fixture)
     """Head with no CPU and two 1-CPU nodes: a 2-worker trial of 1 CPU per worker must use both nodes."""
     ray_cluster, workers = cluster
@@ -69,3 +74,20 @@ def test_a_trial_spans_two_ray_nodes(tmp_path, cluster, capsys):  # noqa: F811 (
     assert run.data.tags["status"] == "ok" and len(curve) >= 6
     assert set(run.data.tags["node"].split(",")) == {w.node_id for w in workers}
     assert SweepSpec.from_toml(path).workers == 2
+
+
+def test_workers_that_cannot_share_the_batch_are_one_line(tmp_path, capsys):
+    path = tiny_training_sweep(tmp_path, "uneven", 3)  # 8 sequences per step
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "is 8 sequences, which [resources] workers = 3 cannot share equally" in err and err.count("\n") == 1
+
+
+@pytest.mark.integration
+def test_more_workers_than_this_machine_holds_is_one_line(tmp_path, capsys):
+    workers = os.cpu_count() + 1  # the local Ray a sweep starts has one CPU per core
+    path = tiny_training_sweep(tmp_path, "toomany", workers, batch_tokens=64 * workers)
+    assert main(["search", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"asks for {workers} workers of cpus = 1" in err and "no trial could ever start" in err
+    assert not (tmp_path / "mlflow.db").exists()

@@ -35,11 +35,9 @@ def short_stream_shutdown(monkeypatch):
     monkeypatch.setattr(datasets.config, "SLEEP_TIME_ON_THREADS_SHUTDOWN", 0.2)
 
 
-@pytest.fixture(scope="module")
-def hub_repo(tmp_path_factory):
-    """Three parquet shards of KJV chapters (two train, one test) and a second config of one shard."""
-    root = tmp_path_factory.mktemp("hub-repo")
-    chapters = kjv_chapters()
+def write_hub_repo(root, chapters):
+    """A dataset repository laid out as on the hub under ``root``: config ``sample-en`` with two train parquet
+    shards (chapters 0-599) and a test shard (600-699); config ``other`` with one shard (700-709)."""
     (root / "data" / "en").mkdir(parents=True)
     (root / "data" / "other").mkdir(parents=True)
     for name, part in (("train-00000-of-00002", chapters[:300]), ("train-00001-of-00002", chapters[300:600]),
@@ -47,7 +45,13 @@ def hub_repo(tmp_path_factory):
         pd.DataFrame({"id": range(len(part)), "text": part}).to_parquet(root / "data" / "en" / f"{name}.parquet")
     pd.DataFrame({"text": chapters[700:710]}).to_parquet(root / "data" / "other" / "x.parquet")
     (root / "README.md").write_text(README)
-    return root, chapters
+    return root
+
+
+@pytest.fixture(scope="module")
+def hub_repo(tmp_path_factory):
+    chapters = kjv_chapters()
+    return write_hub_repo(tmp_path_factory.mktemp("hub-repo"), chapters), chapters
 
 
 def test_hub_source_streams_a_config_and_split(hub_repo, tmp_path, monkeypatch):
