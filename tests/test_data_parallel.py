@@ -22,11 +22,11 @@ from test_spec import write_spec
 
 def tiny_training_sweep(tmp_path, name, workers, **overrides):
     """One cell, one width (s = 2, width 32, r = 2): a 14-step trial of 8 rows of 64 tokens per step."""
-    return write_spec(tmp_path, f"{name}.toml", name=name, objective="train", budgets=[5e9], recurrences=[2],
-                      trials_per_cell=1, sampler="grid", widths={"s_min": 2, "s_max": 2}, val_tokens=2048,
-                      template={"vocab_size": 256}, data={"source": "kjv"},
-                      recipe={"base_lr": 0.04, "ref_batch": 512, "log_every": 2},
-                      resources={"cpus": 1, "workers": workers, "retries": 0}, **overrides)
+    spec = dict(name=name, objective="train", budgets=[5e9], recurrences=[2], trials_per_cell=1, sampler="grid",
+                widths={"s_min": 2, "s_max": 2}, val_tokens=2048, template={"vocab_size": 256},
+                data={"source": "kjv"}, recipe={"base_lr": 0.04, "ref_batch": 512, "log_every": 2},
+                resources={"cpus": 1, "workers": workers, "retries": 0})
+    return write_spec(tmp_path, f"{name}.toml", **{**spec, **overrides})
 
 
 def trial_run(tracking_uri, name):
@@ -74,6 +74,22 @@ def test_a_trial_spans_two_ray_nodes(tmp_path, cluster, capsys):  # noqa: F811 (
     assert run.data.tags["status"] == "ok" and len(curve) >= 6
     assert set(run.data.tags["node"].split(",")) == {w.node_id for w in workers}
     assert SweepSpec.from_toml(path).workers == 2
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_failing_data_parallel_trial_fails_like_any_trial(tmp_path, capsys):
+    """A worker that raises (here: a micro-batch of 3 rows, which no worker's share of 4 rows splits into) fails
+    its trial as a one-worker trial fails: the sweep goes on, the run is FAILED with the worker's one line."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = tiny_training_sweep(tmp_path, "broken", 2, tracking_uri=uri,
+                               recipe={"base_lr": 0.04, "ref_batch": 512, "log_every": 2, "micro_batch": 192})
+    assert main(["search", str(path)]) == 0, capsys.readouterr().err
+    run, _ = trial_run(uri, "broken")
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "failed"
+    reason = run.data.tags["reason"]
+    assert "recipe.micro_batch 192 must be a multiple of seq_len 64 and divide batch_tokens 256" in reason, reason
+    assert "\n" not in reason
 
 
 def test_workers_that_cannot_share_the_batch_are_one_line(tmp_path, capsys):
