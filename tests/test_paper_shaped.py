@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def shrunk_paper_spec(tmp_path, hub_repo):
     """The paper preset with its sizes cut: the design and the recipe stay, the scale goes."""
     spec = tomllib.loads(resolve_spec_path("paper").read_text())
-    spec.update(name="paper-tiny", budgets=[2.5e10, 4e10], recurrences=[1, 4], seq_len=64, batch_tokens=1024,
+    spec.update(name="paper-tiny", budgets=[1.2e10, 2e10], recurrences=[1, 4], seq_len=64, batch_tokens=512,
                 val_tokens=4096, trials_per_cell=2, sampler="grid", min_steps=8,
                 tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage=str(tmp_path / "tune"),
                 cache_dir=str(tmp_path / "cache"))
@@ -37,8 +37,8 @@ def shrunk_paper_spec(tmp_path, hub_repo):
     spec["widths"] = {"s_min": 1, "s_max": 4}
     spec["data"] = {"source": "hub", "name": str(hub_repo), "config": "sample-en", "split": "train",
                     "shuffle_buffer": 100, "tokenizer": "bpe", "tokenizer_train_chars": 400_000}
-    spec["recipe"]["ref_batch"] = 1024  # rates quoted at this batch, as the demo does (objectives/lr_rules.py)
-    spec["calibrate"].update(budget=2.5e10, s=2, trials=2)
+    spec["recipe"]["ref_batch"] = 512  # rates quoted at this batch, as the demo does (objectives/lr_rules.py)
+    spec["calibrate"].update(budget=1.2e10, s=2, trials=2)
     spec["resources"] = {"cpus": 1, "retries": 0}
     path = tmp_path / "paper-tiny.toml"
     path.write_text(to_toml(spec))
