@@ -8,6 +8,7 @@ written; ``main`` (and the top-level CLI) prints it and exits 2. ``python -m ana
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from .fit import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptions, 
 from .identify import likely_fixes
 from .isoflop import cell_optima
 from .report import analyze, template_mismatch
+from .spec_diff import differences_text, inert_differences, spec_differences
 from .runs import load_runs, template_of, usable_runs
 from .store import DEFAULT_RUN_DIR
 from .tables import FORMATS, render
@@ -216,8 +218,26 @@ def run_compare(args: argparse.Namespace) -> int:
     runs_b = load_runs(args.experiment_b, args.tracking_uri)
     result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
                           all_budgets=args.all_budgets)
+    result = dataclasses.replace(result, spec_notes=tuple(spec_notes(args.experiment_a, runs_a, args.experiment_b,
+                                                                     runs_b)))
     print(result.text())
     return 0
+
+
+def spec_notes(name_a: str, runs_a, name_b: str, runs_b) -> list[str]:
+    """The spec keys that differ between two sweeps read from MLflow, and warnings for those that cannot act."""
+    from .tracking import read_sweep_spec
+
+    uris = (runs_a.attrs.get("tracking_uri"), runs_b.attrs.get("tracking_uri"))
+    if None in uris:
+        return ["spec keys: not compared (a runs table file carries no spec)"]
+    specs = (read_sweep_spec(name_a, uris[0]), read_sweep_spec(name_b, uris[1]))
+    if None in specs:
+        return ["spec keys: not compared (a sweep has no logged spec.toml)"]
+    differences = spec_differences(*specs)
+    objectives = [spec.get("objective", "train") for spec in specs]
+    return differences_text(differences, name_a, name_b) + [f"warning: {w}" for w in
+                                                            inert_differences(differences, *objectives)]
 
 
 def _floats(text: str) -> list[float]:

@@ -33,6 +33,7 @@ class Comparison:
     borrowed_r1: str   # "" or the name of the sweep that borrowed the other's r = 1 runs
     verdict: str
     excluded: tuple[str, str]  # per sweep, the runs left out and why, in words
+    spec_notes: tuple[str, ...] = ()  # the spec keys that differ and the differences that cannot act
 
     def text(self) -> str:
         pct = f"{100 * self.fit_a.confidence:.0f}%"
@@ -46,6 +47,7 @@ class Comparison:
         lines.append(f"Delta-phi (B - A) = {self.delta:+.3f} ({pct} CI {self.delta_ci[0]:+.3f} to "
                      f"{self.delta_ci[1]:+.3f})")
         lines.append(self.verdict)
+        lines += list(self.spec_notes)
         return "\n".join(lines)
 
 

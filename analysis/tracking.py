@@ -58,6 +58,28 @@ def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dic
     return [_row(run, experiment) for run in runs], uri
 
 
+def read_sweep_spec(experiment: str, tracking_uri: str) -> dict[str, Any] | None:
+    """The spec the sweep ran with (its parent run's ``spec.toml``, parsed, with the objective it ran, which
+    ``--objective`` may have changed), or None if the store has none."""
+    import tempfile
+    import tomllib
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = _experiment(client, experiment, tracking_uri)
+    sweeps = _runs_of_kind(client, exp.experiment_id, "sweep")
+    if not sweeps:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(sweeps[0].info.run_id, "spec.toml", tmp)
+        except Exception:  # no artifact (a sweep logged by hand) or an unreachable artifact store
+            return None
+        spec = tomllib.loads(Path(path).read_text())
+    if sweeps[0].data.tags.get("objective"):
+        spec["objective"] = sweeps[0].data.tags["objective"]
+    return spec
+
+
 def _row(run, experiment: str) -> dict[str, Any]:
     metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
     row: dict[str, Any] = {
