@@ -3,13 +3,15 @@
 A key is a TOML key path: ``trials_per_cell`` at the top level, ``widths.s_max`` inside ``[widths]``. A value
 is read as a TOML value (``8``, ``1e12``, ``[1, 2, 4]``, ``"gp"``, ``true``); a bare word that is not TOML
 (``gp``) is taken as a string. The overrides are applied to the parsed file before validation, so a bad key or
-value fails exactly as it would in the file, and they are recorded at the top of the spec's text: the spec that
-is hashed and logged is the effective one.
+value fails exactly as it would in the file; the spec that is hashed and logged is the effective one (its text
+rewritten as TOML, headed by the ``--set`` items).
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 import re
 import tomllib
 from typing import Any
@@ -49,9 +51,33 @@ def apply_sets(raw: dict[str, Any], items: list[str] | tuple[str, ...]) -> dict[
     return out
 
 
-def effective_text(text: str, items: list[str] | tuple[str, ...]) -> str:
-    """The spec file's text headed by the overrides, as logged with the sweep."""
+def effective_text(text: str, raw: dict[str, Any], items: list[str] | tuple[str, ...]) -> str:
+    """What is logged as the sweep's spec: the file's own text, or with ``--set`` items the effective spec
+    ``raw`` as TOML, headed by the items (the file's comments do not survive the rewrite)."""
     if not items:
         return text
     header = "".join(f"# --set {item}\n" for item in items)
-    return f"# effective spec: this file with the command line's overrides\n{header}{text}"
+    return f"# effective spec: the file with the command line's overrides\n{header}{to_toml(raw)}"
+
+
+def to_toml(raw: dict[str, Any]) -> str:
+    """A parsed spec as TOML: top-level keys, then one [table] per table (deeper tables inline);
+    ``tomllib.loads(to_toml(raw)) == raw`` for the types a spec holds."""
+    top = [f"{k} = {_value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
+    tables = [f"\n[{k}]\n" + "".join(f"{kk} = {_value(vv)}\n" for kk, vv in v.items())
+              for k, v in raw.items() if isinstance(v, dict)]
+    return "\n".join(top) + "\n" + "".join(tables)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_value(v)}" for k, v in value.items()) + "}"
+    return str(value)

@@ -4,13 +4,24 @@ Per cell, every feasible width with N_once, N_rec, D and tokens per parameter (t
 when the sweep trains, the peak learning rates that width's trial will use (objectives.trial_lrs: the matrix
 rate and the AdamW groups', moved from the recipe's base by the transfer rules);
 the total FLOPs (each trial spends at most its budget, D = C / F in whole optimizer steps); and a wall-time
-estimate from a throughput measured here in a second or two:
+estimate from step times measured here in a few seconds.
 
-    wall ~ (sum over trials of (C + F / 3 x val_tokens) + trials x per-trial overhead) / (trials side by side)
+A trial's optimizer step does not cost a fixed amount per FLOP: a small model's step is dominated by work that
+does not grow with its tokens (the optimizers' updates, Muon's orthogonalisation, kernel launches), so the
+FLOP/s of one shape over- or under-prices the others (here a width-8 step ran at a third of a width-40 step's
+FLOP/s). The probe therefore times the trial's own step (its model, optimizers and batch, random tokens) at the
+narrowest and the widest width the sweep may train and fits
 
-with C in seconds at the FLOP/s of ONE trial measured here: a few optimizer steps of one of the sweep's own
-shapes (the middle cell's first guess, or the narrowest width when that step is too big to time quickly) with
-the trial's own thread count. It reflects this machine, not a GPU cluster the spec may be meant for.
+    step seconds = step_s + step FLOPs / flops_per_s
+
+through the two points, with the set-up each trial pays once (building the model and its optimizers, and the
+first step's excess over a later one: torch.compile where the trial compiles). A trial at width s then takes
+set-up + steps(s) x step seconds + F / 3 x val_tokens / flops_per_s (the validation pass) + Tune's overhead,
+and a cell's first trial is priced at the first guess (where every study starts), the others at the mean over
+the cell's feasible widths (the sampler spreads them across the window). The sweep's wall time is the sum over
+stages of their trials' seconds divided by the trials side by side (no more than the stage has), plus Ray's
+start. It reflects this machine, not a GPU
+cluster the spec may be meant for.
 """
 
 from __future__ import annotations
@@ -23,8 +34,10 @@ import torch
 
 from loopscale import objectives
 from loopscale.analysis.flops import paper_grid_reference
-from loopscale.model import LoopedConfig, LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
+from loopscale.model import LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
+from loopscale.objectives.recipe import build_optimizers
 
+from . import space
 from .spec import STAGES, Cell, SweepSpec
 
 # Measured by tests/benchmarks/bench_overhead.py on this machine (2 cores): 0.31 s of wall time per trial with two
@@ -37,9 +50,16 @@ PROBE_MAX_FLOPS = 2e11  # one probe step at most; about 2-5 s on two CPU cores
 
 @dataclass(frozen=True)
 class Throughput:
+    """One trial's optimizer step here: ``step_s`` seconds plus its FLOPs at ``flops_per_s`` (module docstring)."""
+
     flops_per_s: float
+    step_s: float
     shape: str
     device: str
+    setup_s: float = 0.0  # once per trial: building the model and optimizers, the first step's extra (compile)
+
+    def step_seconds(self, step_flops: float) -> float:
+        return self.step_s + step_flops / self.flops_per_s
 
 
 def cell_table(spec: SweepSpec, cell: Cell) -> str:
@@ -112,48 +132,73 @@ def edge_warnings(spec: SweepSpec) -> list[str]:
 
 
 def measure_throughput(spec: SweepSpec, max_steps: int = 5, min_seconds: float = 0.5) -> Throughput | None:
-    """Training FLOP/s of one trial (its threads) over a few AdamW steps of one of the sweep's shapes here;
-    None if no shape is small enough to time quickly."""
+    """Time the trial's own optimizer step (its threads, batch, model and optimizers) at the narrowest and the
+    widest width the sweep may train, and fit the step time as affine in the step's FLOPs; None if not even the
+    narrowest step is small enough to time quickly. A single timable width gives a pure FLOP rate."""
     device = runtime.pick_device("auto" if spec.gpus_per_trial > 0 else "cpu")  # no CUDA here: time the CPU
-    cells = spec.cells()
-    middle = cells[len(cells) // 2]
-    for s, r in ((middle.first_guess, middle.r), (spec.s_min, spec.recurrences[0])):
-        config = spec.model(s, r)
-        rows = max(1, min(spec.batch_tokens, 2048) // config.seq_len)
-        step_flops = flops_per_token(config) * rows * config.seq_len
-        if step_flops <= PROBE_MAX_FLOPS or device.type == "cuda":
-            threads = torch.get_num_threads()
-            torch.set_num_threads(max(1, int(spec.cpus_per_trial)))  # as a trial runs; shared cores stay fair
-            try:
-                seconds, steps = _time_steps(config, rows, device, max_steps, min_seconds)
-            finally:
-                torch.set_num_threads(threads)
-            return Throughput(step_flops * steps / seconds,
-                              f"s={s:g} r={r} width {config.width}, {rows} x {config.seq_len} tokens", device.type)
-    return None
+    shapes = sorted({(float(s), c.r, c) for stage in STAGES for c in spec.cells(stage) for s in c.widths},
+                    key=lambda item: _step_flops(spec, item[0], item[1]))
+    timable = [item for item in shapes
+               if _step_flops(spec, item[0], item[1]) <= PROBE_MAX_FLOPS or device.type == "cuda"]
+    if not timable:
+        return None
+    probes = [timable[0]] if len(timable) == 1 else [timable[0], timable[-1]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(spec.cpus_per_trial)))  # as a trial runs; shared cores stay fair
+    try:
+        timed = [_time_steps(space.trial_config(spec, cell, s, recipe=spec.recipe), device, max_steps, min_seconds)
+                 for s, _, cell in probes]
+    finally:
+        torch.set_num_threads(threads)
+    shape = " and ".join(f"s={s:g} r={r} width {spec.model(s, r).width}" for s, r, _ in probes)
+    shape += f", {spec.batch_tokens:,} tokens per step"
+    setup = sum(setup_s for setup_s, _ in timed) / len(timed)
+    points = [(_step_flops(spec, s, r), step_s) for (s, r, _), (_, step_s) in zip(probes, timed)]
+    (f0, t0), (f1, t1) = points[0], points[-1]
+    if len(timed) == 2 and f1 > f0 and t1 > t0:
+        per_flop = (t1 - t0) / (f1 - f0)
+        return Throughput(1.0 / per_flop, max(0.0, t0 - f0 * per_flop), shape, device.type, setup)
+    return Throughput(f1 / t1, 0.0, shape, device.type, setup)  # one point (or noise made them disagree): a rate
 
 
-def _time_steps(config: LoopedConfig, rows: int, device: torch.device, max_steps: int,
-                min_seconds: float) -> tuple[float, int]:
-    """(seconds, steps) of timed forward + backward + AdamW steps on random tokens, after one warm-up step."""
+def _step_flops(spec: SweepSpec, s: float, r: int) -> float:
+    return float(flops_per_token(spec.model(s, r)) * spec.batch_tokens)
+
+
+def _time_steps(trial_config: dict, device: torch.device, max_steps: int, min_seconds: float) -> tuple[float, float]:
+    """(setup seconds, step seconds) of the trial's own optimizer step (forward + backward per micro-batch, every
+    optimizer, compiled where the trial compiles) on random tokens: the step averaged over up to ``max_steps``
+    timed steps; setup = building the model and optimizers plus the first step's excess over a later one."""
     torch.manual_seed(0)
+    started = time.perf_counter()
+    config = objectives.model_config(trial_config)
+    recipe = objectives.normalize_recipe(trial_config.get("recipe"))
     model = LoopedLM(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizers = build_optimizers(model, objectives.trial_lrs(trial_config), recipe)
+    model, _ = runtime.maybe_compile(model, device, recipe["compile"])
+    rows = trial_config["batch_tokens"] // config.seq_len
+    micro = (recipe["micro_batch"] or trial_config["batch_tokens"]) // config.seq_len
     tokens = torch.randint(0, config.vocab_size, (rows, config.seq_len + 1), device=device)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        model(tokens[:, :-1], tokens[:, 1:]).backward()
-        optimizer.step()
+        for batch in tokens.split(micro):
+            with runtime.autocast(device, recipe["bf16"]):
+                loss = model(batch[:, :-1], batch[:, 1:])
+            (loss / max(1, rows // micro)).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
     step()
     _sync(device)
+    first = time.perf_counter() - started
     started, steps = time.perf_counter(), 0
     while steps < max_steps and (steps == 0 or time.perf_counter() - started < min_seconds):
         step()
         steps += 1
     _sync(device)
-    return time.perf_counter() - started, steps
+    step_s = (time.perf_counter() - started) / steps
+    return max(0.0, first - step_s), step_s
 
 
 def _sync(device: torch.device) -> None:
@@ -172,12 +217,27 @@ def estimate_seconds(spec: SweepSpec, throughput: Throughput | None) -> float | 
             continue
         trial_seconds = sum(c.n_trials * OVERHEAD_S_PER_TRIAL for c in cells)
         if stage == "calibrate" or spec.objective == "train":
-            # training spends the budget; the validation pass costs a forward pass, a third of F, per token
-            evaluation = [flops_per_token(spec.model(c.first_guess, c.r)) / 3 * spec.val_tokens for c in cells]
-            trial_seconds += sum(c.n_trials * (c.budget + e) for c, e in zip(cells, evaluation)) \
-                / throughput.flops_per_s
-        seconds += trial_seconds / spec.concurrency(stage, _cpus())
+            trial_seconds += sum(_cell_seconds(spec, c, throughput) for c in cells)
+        # a stage with fewer trials than slots (a one-trial calibration) cannot fill them
+        seconds += trial_seconds / min(spec.concurrency(stage, _cpus()), sum(c.n_trials for c in cells))
     return seconds
+
+
+def _cell_seconds(spec: SweepSpec, cell: Cell, throughput: Throughput) -> float:
+    """Seconds of the cell's trials: the first at the first guess (every study starts there), the others at
+    the mean over the cell's feasible widths."""
+    rest = sum(_trial_seconds(spec, cell, s, throughput) for s in cell.widths) / len(cell.widths)
+    return _trial_seconds(spec, cell, cell.first_guess, throughput) + (cell.n_trials - 1) * rest
+
+
+def _trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput) -> float:
+    """One trial at width s: its set-up, whole optimizer steps at the measured step time, and a forward pass
+    (a third of F) per validation token."""
+    config = spec.model(s, cell.r)
+    f = flops_per_token(config)
+    steps = tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
+    return (throughput.setup_s + steps * throughput.step_seconds(f * spec.batch_tokens)
+            + f / 3 * spec.val_tokens / throughput.flops_per_s)
 
 
 def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
@@ -203,8 +263,9 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
     lines += [""] + edge_warnings(spec)
     lines.append(flops_estimate(spec))
     if throughput is not None:
-        lines.append(f"throughput here: {throughput.flops_per_s / 1e9:.1f} GFLOP/s per trial "
-                     f"({throughput.device}, {throughput.shape})")
+        lines.append(f"step time here: {throughput.step_s * 1e3:.0f} ms + FLOPs at {throughput.flops_per_s / 1e9:.1f} "
+                     f"GFLOP/s, {throughput.setup_s:.1f} s set-up per trial ({throughput.device}, timed at "
+                     f"{throughput.shape})")
     seconds = estimate_seconds(spec, throughput)
     lines.append(f"estimated wall time here: {_duration(seconds)} with {spec.concurrency('search', _cpus())} "
                  f"trials side by side"

@@ -124,7 +124,8 @@ class SweepSpec:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid TOML: {exc}") from None
-        raw, text = apply_sets(raw, sets), effective_text(text, sets)
+        raw = apply_sets(raw, sets)
+        text = effective_text(text, raw, sets)
         raw.update({k: v for k, v in overrides.items() if v is not None})
         if overrides.get("objective") == "simulate":
             raw.pop("calibrate", None)  # replaying with the law: nothing trains, so no rate to calibrate

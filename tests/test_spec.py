@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import os
 import socket
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from loopscale.model import count_params, tokens_for_budget
 from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
-from loopscale.search.plan import measure_throughput, render_plan, total_flops
+from loopscale.search.plan import Throughput, estimate_seconds, measure_throughput, render_plan, total_flops
 from loopscale.analysis.store import redact
 from loopscale.search.tracking import flatten_params, is_secret_key, redact_text
 
@@ -215,6 +216,28 @@ def test_plan_lists_cells_and_estimates(tmp_path, capsys):
 def test_plan_measures_throughput_of_a_sweep_shape():
     throughput = measure_throughput(SweepSpec.from_toml("smoke"), max_steps=2, min_seconds=0.0)
     assert throughput is not None and throughput.flops_per_s > 1e7 and throughput.device == "cpu"
+    assert throughput.step_s >= 0 and " and " in throughput.shape  # timed at the narrowest and widest width
+
+
+def test_plan_prices_every_optimizer_step_of_every_feasible_width():
+    """The estimate's step cost: a fixed cost per optimizer step adds exactly steps x that cost per trial (the
+    first at the first guess, the others averaged over the cell's feasible widths), divided by the trials side
+    by side, no more than the stage has."""
+    spec = SweepSpec.from_toml("demo")
+    rate_only = Throughput(flops_per_s=1e9, step_s=0.0, shape="", device="cpu")
+    with_steps = Throughput(flops_per_s=1e9, step_s=0.1, shape="", device="cpu")
+
+    def steps(cell, s):
+        return tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) // spec.batch_tokens
+
+    expected = 0.0
+    for stage in ("calibrate", "search"):
+        cells = spec.cells(stage)
+        total = sum(steps(c, c.first_guess) + (c.n_trials - 1) * sum(steps(c, s) for s in c.widths) / len(c.widths)
+                    for c in cells)
+        slots = min(spec.concurrency(stage, os.cpu_count() or 1), sum(c.n_trials for c in cells))
+        expected += 0.1 * total / slots
+    assert estimate_seconds(spec, with_steps) - estimate_seconds(spec, rate_only) == pytest.approx(expected)
 
 
 # ---- secrets --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -36,7 +37,15 @@ def test_a_set_spec_is_the_edited_file(tmp_path):
     assert (spec.trials_per_cell, spec.s_max) == (2, 8.0)
     assert spec.spec_hash == SweepSpec.from_toml(edited).spec_hash != SweepSpec.from_toml(plain).spec_hash
     assert spec.text.startswith("# effective spec") and "# --set widths.s_max=8\n" in spec.text
-    assert spec.text.endswith(plain.read_text())
+    assert tomllib.loads(spec.text) == tomllib.loads(edited.read_text())  # the logged text is the effective spec
+    assert SweepSpec.from_toml(plain).text == plain.read_text()  # without --set: the file as written
+
+
+@pytest.mark.parametrize("preset", ["smoke", "demo", "paper"])
+def test_every_preset_round_trips_through_the_logged_toml(preset):
+    spec = SweepSpec.from_toml(preset, ["seed=1"])
+    raw = tomllib.loads(spec.text)
+    assert raw["seed"] == 1 and SweepSpec.from_dict(raw).spec_hash == spec.spec_hash
 
 
 def test_later_sets_win_and_tables_are_not_shared(tmp_path):
