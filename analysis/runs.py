@@ -12,7 +12,6 @@ marked ok but with a missing or impossible number) stay in the table with their 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
+from .store import BRANCH_COLUMN
 
 RUN_COLUMNS = ("run_id", "sweep", "stage", "r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda",
                "N_once", "N_rec", "N_embed", "flops_per_token", "tokens", "flops_spent", "val_loss", "status")
@@ -110,8 +110,6 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
     return runs[front + [c for c in runs.columns if c not in front]].reset_index(drop=True)
 
 
-# the names objectives/trial.py (BRANCH_KEYS) gives a branch's values; analysis does not import objectives
-BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
 BRANCH_FIELDS = ("budget_flops", "tokens", "flops_spent", "val_loss")  # what a branch row takes from its branch
 
 

@@ -39,6 +39,9 @@ TRACKING_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_RUN_DIR = "loopscale-runs"  # the search's outputs (store, Tune storage, cache, analysis) by default
 HEALTH_TIMEOUT_S = 5.0
 PAGE_SIZE = 1000
+# the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
+# objectives): the trial run's metrics in the store, the runs table's columns after reading
+BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
 _URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
 
 

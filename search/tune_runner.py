@@ -7,7 +7,11 @@ study sees its earlier results. Each study proposes through a module-level defin
 or ``lr_space`` bound with ``functools.partial``), which pickles by reference, so ``Tuner.restore`` brings back
 every study, its sampler RNG and its pending trials after a crash. (Ray's ``OptunaSearch`` is not used: drawing
 widths without replacement needs the study's ask/tell, and the search-quality benchmark drives the very same
-``CellStudy`` without Ray.)
+``CellStudy`` without Ray.) The studies live in Optuna's own storage too: a journal file in the sweep's storage
+(``<storage>/<sweep>/optuna.journal``), one study per cell named ``<sweep>/<stage>/<cell>``, so
+``optuna.load_study`` (and Optuna's tools) read them while the sweep runs and after it, resume included: a
+restored searcher first writes its studies' trials back into the journal, replacing what an attempt killed
+after Tune's last snapshot had added there, so the journal holds exactly the trials of the sweep.
 
 The trial (``run_trial``) calls ``objectives.simulate`` or ``objectives.train``; the driver logs to MLflow
 through ``TrackingCallback`` and prints progress through ``ProgressCallback``. A training trial with
@@ -94,17 +98,52 @@ def cell_seed(seed: int, stage: str, key: str) -> int:
 
 
 # ---- studies -------------------------------------------------------------------------------------------
+JOURNAL_FILE = "optuna.journal"
+
+
+def study_journal(spec: SweepSpec) -> str | None:
+    """The sweep's Optuna journal file; None on object storage (Optuna's journal file needs a local path)."""
+    return None if "://" in spec.storage else f"{spec.storage.rstrip('/')}/{spec.name}/{JOURNAL_FILE}"
+
+
+@functools.cache  # one per file and process: each storage replays the whole journal
+def study_storage(journal: str) -> optuna.storages.JournalStorage:
+    """Optuna's storage of a journal file: ``optuna.load_study(study_name=..., storage=study_storage(path))``."""
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+
+
+def _for_new_study(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
+    """The sampler, its RNG kept, with its search-space caches emptied: GP and TPE cache the search space of
+    the one study they served (by study id), and a resumed cell's study is a new one in the journal. The cache
+    is recomputed from the trials, so emptying it changes no proposal."""
+    for name, value in vars(sampler).items():
+        if isinstance(value, optuna.search_space.IntersectionSearchSpace):
+            setattr(sampler, name, type(value)(include_pruned=getattr(value, "_include_pruned", False)))
+    return sampler
+
+
+def study_name(sweep: str, stage: str, cell_key: str) -> str:
+    """The stable name of a cell's study, e.g. ``demo/search/C=1e+12,r=4``."""
+    return f"{sweep}/{stage}/{cell_key}"
+
+
 class CellStudy:
     """The seeded Optuna study of one cell (width for a search cell, learning rate for the calibration cell).
 
     ``ask`` proposes the next trial config, ``tell`` returns its loss (None: diverged or failed, told as FAIL so
     the sampler ignores it instead of fitting a made-up loss). Widths are drawn without replacement: a width the
     cell already tried or is trying would buy no new information, so a repeated proposal is told as FAIL and
-    replaced by the untried width nearest to it (in log width). Plain data plus an in-memory study: picklable.
+    replaced by the untried width nearest to it (in log width).
+
+    With a ``journal`` the study is kept in that Optuna journal under ``study_name`` once it is first used;
+    pickled, it is its sampler and trials (Tune's snapshot of the searcher), unpickled an in-memory study until
+    first used again, when those trials replace the journal's copy.
     """
 
-    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any], surrogate: LawSurrogate | None = None):
+    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any], surrogate: LawSurrogate | None = None,
+                 journal: str | None = None):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
+        self.name, self.journal, self._attached = study_name(spec.name, cell.stage, cell.key), journal, False
         self.budget, self.surrogate = cell.budget, surrogate
         self.widths = f"{cell.widths[0]:g}-{cell.widths[-1]:g}"  # the cell's range, for analysis' bound check
         if cell.stage == "calibrate":
@@ -129,6 +168,7 @@ class CellStudy:
         for point in {"grid": grid, "random": []}.get(spec.sampler if surrogate is None else "random", guess):
             self.study.enqueue_trial(point)
         self.asked = 0
+        self.attach()
 
     def open(self) -> bool:
         """Whether the cell takes another trial: under its cap and, with the law sampler, not yet located."""
@@ -136,6 +176,7 @@ class CellStudy:
 
     def ask(self) -> tuple[int, dict[str, Any]]:
         """(Optuna trial number, trial config) of the next proposal."""
+        self.attach()
         trial = self.study.ask()
         params = self._params(trial)
         if self.heads is not None and params["heads"] in self._tried(besides=trial.number):
@@ -156,10 +197,34 @@ class CellStudy:
         return {**trial.params, **derived}
 
     def tell(self, number: int, value: float | None) -> None:
+        self.attach()
         if value is None or not math.isfinite(value):
             self.study.tell(number, state=optuna.trial.TrialState.FAIL)
         else:
             self.study.tell(number, value)
+
+    def attach(self) -> None:
+        """Move the study into the journal (once per process): the journal's study of this name becomes exactly
+        this study's trials, numbered alike (they are added in order), with the same sampler."""
+        if self._attached or self.journal is None:
+            return
+        storage = study_storage(self.journal)
+        if self.name in optuna.get_all_study_names(storage):
+            optuna.delete_study(study_name=self.name, storage=storage)
+        study = optuna.create_study(storage=storage, study_name=self.name, direction="minimize",
+                                    sampler=_for_new_study(self.study.sampler))
+        study.add_trials(self.study.get_trials(deepcopy=False))
+        self.study, self._attached = study, True
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "study": (self.study.sampler, self.study.get_trials(deepcopy=False)),
+                "_attached": False}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        sampler, trials = state["study"]
+        study = optuna.create_study(direction="minimize", sampler=sampler)
+        study.add_trials(trials)
+        self.__dict__.update({**state, "study": study})
 
     def _tried(self, besides: int = -1) -> set[int]:
         """Heads of the trials told a value or still running (FAILs were duplicates, diverged or failed)."""
@@ -174,15 +239,15 @@ class CellStudy:
 
 
 def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
-                 cells: list[Cell] | None = None) -> list[CellStudy]:
-    """The studies of a stage's cells (``cells``: instead of the spec's, e.g. with other trial counts); with the
-    law sampler, every search cell shares one ``LawSurrogate``."""
+                 cells: list[Cell] | None = None, journal: str | None = None) -> list[CellStudy]:
+    """The studies of a stage's cells (``cells``: instead of the spec's, e.g. with other trial counts), kept in
+    the Optuna ``journal`` file if given; with the law sampler, every search cell shares one ``LawSurrogate``."""
     cells = spec.cells(stage) if cells is None else cells
     surrogate = None
     if spec.sampler == "law" and stage == "search":
         surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.seed,
                                  tolerance=spec.tolerance)
-    return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate) for c in cells]
+    return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 
 
 def _spread(n: int, k: int) -> list[float]:
@@ -197,7 +262,8 @@ class CellSearcher(Searcher):
     with the law sampler, large budgets are then proposed by a law fitted on the small ones), then the fewest
     started trials, so all cells advance side by side and each study sees its earlier results. A cell that is
     not open now (located, or at its cap) may reopen when a running trial of it finishes with a result that
-    unsettles it, so the searcher waits for running trials before it declares the stage finished. Tune's config of a trial is
+    unsettles it, so the searcher waits for running trials before it declares the stage finished. Tune's
+    config of a trial is
     ``{"trial": <trial config>, "meta": {stage, cell, searched, trial_key}}`` (``searched``: the dotted config key
     the study chose); the key ``<stage>/<cell>/<n>`` numbers the
     cell's proposals, so it survives a restore together with the searcher's pickled state.
@@ -212,6 +278,8 @@ class CellSearcher(Searcher):
         return True
 
     def suggest(self, trial_id: str) -> dict | None:
+        for study in self._studies.values():  # a restored searcher: its studies replace the journal's first
+            study.attach()
         open_cells = [k for k, s in self._studies.items() if s.open()]
         if not open_cells:
             return None if any(self._running.values()) else Searcher.FINISHED
@@ -559,7 +627,7 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
         discard_stage_runs(spec, parent, stage)  # runs of an attempt killed before Tune saved any state
-        searcher = CellSearcher(make_studies(spec, stage, recipe))
+        searcher = CellSearcher(make_studies(spec, stage, recipe, journal=study_journal(spec)))
         tracker = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name, tags=tags)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.calibrate.param if stage == "calibrate" else "s")

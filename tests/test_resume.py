@@ -12,7 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import queue
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,10 +24,10 @@ from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
 from loopscale.search.tune_runner import CellSearcher
+from test_search import heads, journal_studies
 from test_spec import write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-REPO = Path(__file__).resolve().parent.parent
 
 
 def processes_using(path: str) -> list[int]:
@@ -53,19 +55,31 @@ def ray_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _pump(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)  # end of output
+
+
 def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
     spec_path = write_spec(tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2, 4], trials_per_cell=4)
     spec = SweepSpec.from_toml(spec_path)
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}  # the package as this process imports it (PYTHONPATH kept)
     command = [sys.executable, "-m", "loopscale.search.cli", "search", str(spec_path)]
 
     driver = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
+    lines: queue.Queue[str | None] = queue.Queue()  # read on a thread: a driver that hangs cannot hang the test
+    threading.Thread(target=_pump, args=(driver.stdout, lines), daemon=True).start()
     finished, deadline = 0, time.monotonic() + 240
-    for line in driver.stdout:
-        finished += line.startswith("[search ")
-        if finished == 9 or time.monotonic() > deadline:
+    while finished < 9:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
             break
+        if line is None:
+            break
+        finished += line.startswith("[search ")
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
     assert finished == 9, "the sweep never got going"
@@ -102,6 +116,9 @@ def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
         completed = [t for t in study.trials if t.state.name == "COMPLETE"]
         assert sorted(t.params["heads"] for t in completed) == sorted(round(s) for s in widths[key])
         assert len(set(widths[key])) == len(widths[key])  # still without replacement
+    # and Optuna's own storage holds exactly those trials: what the killed attempt added after Tune's last
+    # snapshot was replaced when the resumed searcher took over
+    assert journal_studies(spec) == {key: sorted(heads(spec, s) for s in v) for key, v in widths.items()}
     parent = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
     assert [p.info.status for p in parent] == ["FINISHED"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import optuna
 import pytest
 import ray
 from mlflow.tracking import MlflowClient
@@ -34,6 +35,23 @@ def trial_runs(spec: SweepSpec) -> list:
     return client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'", max_results=1000)
 
 
+def heads(spec: SweepSpec, s: float) -> int:
+    return round(s * spec.width_unit / spec.head_dim)
+
+
+def journal_studies(spec: SweepSpec, stage: str = "search") -> dict[str, list[int]]:
+    """Cell -> heads of the COMPLETE trials of its study, read back with Optuna's own API from the sweep's
+    journal file; every study must have ended (nothing RUNNING or WAITING) and be named ``<sweep>/<stage>/<cell>``."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(Path(spec.storage) / spec.name / "optuna.journal")))
+    names = optuna.get_all_study_names(storage)
+    assert sorted(names) == sorted(f"{spec.name}/{stage}/{c.key}" for c in spec.cells(stage))
+    studies = {name.rpartition("/")[2]: optuna.load_study(study_name=name, storage=storage) for name in names}
+    assert all(t.state.name in ("COMPLETE", "FAIL") for study in studies.values() for t in study.trials)
+    return {key: sorted(t.params["heads"] for t in study.trials if t.state.name == "COMPLETE")
+            for key, study in studies.items()}
+
+
 def sweep_run(spec: SweepSpec):
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
@@ -52,7 +70,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
     parent = sweep_run(spec)
     assert parent.info.status == "FINISHED" and parent.data.tags["spec_hash"] == spec.spec_hash
     artifacts = [a.path for a in MlflowClient(spec.tracking_uri).list_artifacts(parent.info.run_id)]
-    assert artifacts == ["spec.toml"]
+    assert sorted(artifacts) == ["flops_spent.json", "spec.toml"]
 
     keys = set()
     for run in runs:
@@ -86,6 +104,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
     assert all(len(set(v)) == len(v) for v in by_cell.values())
     for key, study in outcome.stages["search"].studies.items():
         assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == cells[key].n_trials
+    assert journal_studies(spec) == {key: sorted(heads(spec, s) for s in v) for key, v in by_cell.items()}
     out = capsys.readouterr().out
     assert "[search 18/18]" in out and "best val_loss" in out
 
