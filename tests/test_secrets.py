@@ -13,7 +13,6 @@ its token (none, or a wrong one) and to accept one with it.
 
 from __future__ import annotations
 
-import inspect
 import os
 import secrets
 import socket
@@ -31,7 +30,7 @@ from loopscale.search import SweepSpec
 from loopscale.search.cli import build_parser, main
 from loopscale.analysis.store import SUPPRESS_URLS
 from loopscale.search.tune_runner import _start_ray
-from loopscale.search.ui import LOOPBACK, server_command, start_server
+from loopscale.search.ui import LOOPBACK, server_command
 from servers import mlflow_server
 from test_kill_resume import ray_dir  # noqa: F401  (a fixture)
 from test_spec import base_spec, to_toml, write_spec
@@ -70,7 +69,8 @@ def assert_loopback_only(base_url: str) -> None:
 
 
 def test_ui_and_servers_default_to_loopback():
-    assert inspect.signature(start_server).parameters["host"].default == LOOPBACK
+    """What the commands bind to; that the launcher's default really listens on loopback only is checked on a
+    running server (``assert_loopback_only`` in test_no_secret_reaches_params_tags_or_artifacts)."""
     cmd = server_command("sqlite:///x.db", LOOPBACK, 5000)
     assert cmd[cmd.index("--host") + 1] == LOOPBACK and "--allowed-hosts" not in cmd
     assert build_parser().parse_args(["ui"]).host == LOOPBACK  # `loopscale ui` without --host
