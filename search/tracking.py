@@ -146,14 +146,15 @@ def ready_store(uri: str) -> None:
     _READY_STORES.add(uri)
 
 
-def find_parent_run(spec: SweepSpec) -> Any | None:
-    """The sweep's parent run if the store already has one; reads only (a missing sqlite file stays missing)."""
-    database = sqlite_path(spec.tracking_uri)
+def find_parent_run(tracking_uri: str, sweep: str) -> Any | None:
+    """The parent run of sweep ``sweep`` if the store already has one; reads only (a missing sqlite file stays
+    missing)."""
+    database = sqlite_path(tracking_uri)
     if database is not None and not database.exists():
         return None
-    ready_store(spec.tracking_uri)  # the file may be a store another driver is creating right now
-    client = MlflowClient(spec.tracking_uri)
-    experiment = client.get_experiment_by_name(spec.name)
+    ready_store(tracking_uri)  # the file may be a store another driver is creating right now
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name(sweep)
     if experiment is None:
         return None
     runs = client.search_runs([experiment.experiment_id], runs_query("sweep"), max_results=1)
@@ -179,7 +180,7 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
         experiment_id = client.create_experiment(spec.name, artifact_location=location, tags=experiment_tags(spec))
     else:
         experiment_id = experiment.experiment_id
-    parent = find_parent_run(spec)
+    parent = find_parent_run(spec.tracking_uri, spec.name)
     if parent is not None:
         client.update_run(parent.info.run_id, status="RUNNING")
         return experiment_id, parent.info.run_id
@@ -196,20 +197,19 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
     return experiment_id, run.info.run_id
 
 
-def discard_stage_runs(spec: SweepSpec, parent_run_id: str, stage: str) -> None:
+def discard_stage_runs(tracking_uri: str, experiment_id: str, parent_run_id: str, stage: str) -> None:
     """Delete a stage's trial runs before the stage starts afresh: they belong to an attempt whose Tune state
     was never saved, so their trial keys would name different trials now."""
-    client = MlflowClient(spec.tracking_uri)
-    experiment = client.get_experiment_by_name(spec.name)
+    client = MlflowClient(tracking_uri)
     query = runs_query("trial", **{PARENT_TAG: parent_run_id, "stage": stage})
-    for run in list(iter_runs(client, experiment.experiment_id, query)):  # all read before the first delete
+    for run in list(iter_runs(client, experiment_id, query)):  # all read before the first delete
         client.delete_run(run.info.run_id)
 
 
-def close_sweep(spec: SweepSpec, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
+def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
     """Mark the sweep's run finished, with the FLOPs its trials spent (``flops``: total, per_cell, paper_grid)
     as metrics ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) and ``flops_spent.json``."""
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(tracking_uri)
     if flops is not None:
         metrics = {"flops_spent": flops["total"]}
         if flops.get("paper_grid"):

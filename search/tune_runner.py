@@ -562,7 +562,7 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
         if not resume:
             raise ValueError(f"sweep {spec.name!r} has unfinished state at {state.path}: pass --resume to "
                              f"continue it (or remove that directory to start over)")
-    elif find_parent_run(spec) is not None:
+    elif find_parent_run(spec.tracking_uri, spec.name) is not None:
         raise ValueError(f"MLflow experiment {spec.name!r} already holds a sweep of that name but there is no "
                          f"Tune state for it at {state.path}; use a new name or delete the experiment")
     _quiet(verbose)
@@ -593,7 +593,7 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
                   f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
         stages["search"] = _run_stage(spec, "search", recipe, experiment_id, parent, tags, verbose, user_period)
         flops = flops_spent(spec, stages)
-        close_sweep(spec, parent, flops)
+        close_sweep(spec.tracking_uri, parent, flops)
         state.save({**saved, "complete": True})
         print(f"spent: {flops_text(flops['total'], flops['paper_grid'])}", flush=True)
         print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
@@ -626,7 +626,7 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
     if tune.Tuner.can_restore(path):
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
-        discard_stage_runs(spec, parent, stage)  # runs of an attempt killed before Tune saved any state
+        discard_stage_runs(spec.tracking_uri, experiment_id, parent, stage)  # runs of an attempt killed before Tune saved any state
         searcher = CellSearcher(make_studies(spec, stage, recipe, journal=study_journal(spec)))
         tracker = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name, tags=tags)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},

@@ -79,5 +79,5 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
     assert by_key["search/a/4"].data.tags["reason"] == "loss exploded"
     assert (by_key["search/a/5"].data.tags["status"], by_key["search/a/5"].info.status) == ("failed", "FAILED")
 
-    discard_stage_runs(spec, parent, "search")
+    discard_stage_runs(spec.tracking_uri, experiment_id, parent, "search")
     assert runs(spec, experiment_id) == []
