@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from loopscale.model import LoopedConfig, count_params, flops_per_token
+from loopscale.model import ISO_DEPTH, LoopedConfig, count_params, flops_per_token, iso_depth_template
 
-# The paper's iso-depth template (PAPER.md) and batch size in tokens.
-PAPER_TEMPLATE: dict[str, Any] = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, seq_len=2048,
-                                      vocab_size=32064, injection="linear")
+# The paper's iso-depth template (model/config.py) and batch size in tokens (PAPER.md).
+PAPER_TEMPLATE: dict[str, Any] = dict(ISO_DEPTH)
 PAPER_BATCH_TOKENS = 262_144
 QUANTITIES = ("N_once", "N_rec", "N_embed", "F")
 
@@ -36,7 +35,7 @@ class SizeCurve:
     @classmethod
     def from_model(cls, r: int, template: dict[str, Any] | None = None) -> "SizeCurve":
         template = dict(PAPER_TEMPLATE if template is None else template)
-        head_dim = template.get("head_dim", 128)
+        head_dim = iso_depth_template(template)["head_dim"]
         sample = [_model_sizes(k * head_dim, r, template) for k in (1, 2, 3)]
         coefficients = {q: _quadratic_through([(d, sizes[q]) for d, sizes in sample]) for q in QUANTITIES}
         curve = cls(r=r, template=template, coefficients={q: tuple(map(float, c)) for q, c in coefficients.items()})
@@ -66,11 +65,11 @@ class SizeCurve:
 
     @property
     def width_unit(self) -> int:
-        return self.template.get("width_unit", 64)
+        return iso_depth_template(self.template)["width_unit"]
 
     @property
     def head_dim(self) -> int:
-        return self.template.get("head_dim", 128)
+        return iso_depth_template(self.template)["head_dim"]
 
     def config(self, width: int) -> LoopedConfig:
         """The buildable model of exactly ``width`` (a multiple of head_dim)."""
@@ -81,7 +80,7 @@ class SizeCurve:
 
 
 def _model_sizes(width: int, r: int, template: dict[str, Any]) -> tuple[int, dict[str, int]]:
-    config = LoopedConfig.iso_depth(width / template.get("width_unit", 64), r, **template)
+    config = LoopedConfig.iso_depth(width / iso_depth_template(template)["width_unit"], r, **template)
     p = count_params(config)
     return config.width, {"N_once": p.N_once, "N_rec": p.N_rec, "N_embed": p.N_embed, "F": flops_per_token(config)}
 

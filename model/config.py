@@ -18,6 +18,25 @@ from dataclasses import dataclass
 from typing import Any
 
 INJECTIONS = ("linear", "additive", "none", "hyperconnect")
+# The paper's iso-depth template (Sec. 3; 32,000 tokens padded to 32,064): every default of
+# ``LoopedConfig.iso_depth``. The search, its plan and the analysis ask ``iso_depth_template`` for them.
+ISO_DEPTH: dict[str, Any] = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, seq_len=2048,
+                                 vocab_size=32064, injection="linear")
+
+
+def iso_depth_template(template: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``template`` with every key it leaves out filled from the paper's (``ISO_DEPTH``)."""
+    return {**ISO_DEPTH, **(template or {})}
+
+
+def s_to_heads(s: float, width_unit: int, head_dim: int) -> float:
+    """Heads of width multiplier s: width_unit * s / head_dim (whole when the width is buildable as is)."""
+    return width_unit * s / head_dim
+
+
+def heads_to_s(heads: float, width_unit: int, head_dim: int) -> float:
+    """The width multiplier of ``heads`` heads: heads * head_dim / width_unit."""
+    return heads * head_dim / width_unit
 
 
 @dataclass(frozen=True)
@@ -40,9 +59,9 @@ class LoopedConfig:
     n_prelude: int = 2
     n_recur: int = 16
     n_coda: int = 2
-    head_dim: int = 128
-    vocab_size: int = 32064
-    seq_len: int = 2048
+    head_dim: int = ISO_DEPTH["head_dim"]
+    vocab_size: int = ISO_DEPTH["vocab_size"]
+    seq_len: int = ISO_DEPTH["seq_len"]
     injection: str = "none"
     bptt_k: int | None = None
     lanes: int = 2
@@ -101,9 +120,11 @@ class LoopedConfig:
 
     # ---- constructors --------------------------------------------------------------------------------
     @classmethod
-    def iso_depth(cls, s: float, r: int, *, depth: int = 20, prelude: int = 2, coda: int = 2,
-                  width_unit: int = 64, head_dim: int = 128, seq_len: int = 2048, vocab_size: int = 32064,
-                  injection: str = "linear", bptt_k: int | None = None, **extra: Any) -> "LoopedConfig":
+    def iso_depth(cls, s: float, r: int, *, depth: int = ISO_DEPTH["depth"], prelude: int = ISO_DEPTH["prelude"],
+                  coda: int = ISO_DEPTH["coda"], width_unit: int = ISO_DEPTH["width_unit"],
+                  head_dim: int = ISO_DEPTH["head_dim"], seq_len: int = ISO_DEPTH["seq_len"],
+                  vocab_size: int = ISO_DEPTH["vocab_size"], injection: str = ISO_DEPTH["injection"],
+                  bptt_k: int | None = None, **extra: Any) -> "LoopedConfig":
         """The paper's iso-depth template at width multiplier ``s`` and recurrence count ``r``.
 
         width = ceil(width_unit * s / head_dim) * head_dim. r = 1 gives ``depth`` unique layers
@@ -116,7 +137,7 @@ class LoopedConfig:
         _require(shared >= 1, f"depth {depth} leaves no shared layers after prelude {prelude} and coda {coda}")
         _require(shared % r == 0,
                  f"r={r} does not divide the shared depth {shared} (= depth {depth} - prelude {prelude} - coda {coda})")
-        width = math.ceil(width_unit * s / head_dim) * head_dim
+        width = math.ceil(s_to_heads(s, width_unit, head_dim)) * head_dim
         return cls(width=width, r=r, n_prelude=prelude, n_recur=shared // r, n_coda=coda, head_dim=head_dim,
                    vocab_size=vocab_size, seq_len=seq_len, injection=injection if r > 1 else "none",
                    bptt_k=bptt_k if r > 1 else None, **extra)

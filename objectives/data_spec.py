@@ -31,9 +31,11 @@ import glob
 import os
 from typing import Any
 
+from loopscale.model import ISO_DEPTH
+
+from .checks import did_you_mean
 from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
 from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
-from .checks import did_you_mean
 
 REQUIRED = object()  # marks a key without a default
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}
@@ -46,7 +48,7 @@ SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
             "max_tokens": 20_000_000, "shuffle_buffer": 10_000},
 }
 # Only with tokenizer = "bpe" (filled in only then, so other specs keep their fingerprints).
-BPE_DEFAULTS: dict[str, Any] = {"tokenizer_vocab": 32_064, "tokenizer_train_chars": 200_000_000}
+BPE_DEFAULTS: dict[str, Any] = {"tokenizer_vocab": ISO_DEPTH["vocab_size"], "tokenizer_train_chars": 200_000_000}
 FILE_FORMATS = {"text": "text", "json": "json", "jsonl": "json", "parquet": "parquet"}
 EXTENSION_FORMATS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json",
                      ".parquet": "parquet"}

@@ -49,6 +49,7 @@ from optuna.trial import FrozenTrial, TrialState
 from loopscale.analysis.fit import DEFAULT_BOUNDS, THETA, FitData, refit
 from loopscale.model import count_params, tokens_for_budget
 
+from . import space
 from .spec import Cell, SweepSpec
 
 MIN_RUNS = 8            # runs before the law is fitted (6 parameters, a few degrees of freedom to spare)
@@ -80,10 +81,10 @@ class CellGeometry:
     def of(cls, spec: SweepSpec, cell: Cell) -> "CellGeometry":
         sizes = [count_params(spec.model(s, cell.r)) for s in cell.widths]
         tokens = [tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) for s in cell.widths]
-        heads = tuple(round(s * spec.width_unit / spec.head_dim) for s in cell.widths)
+        heads = tuple(space.heads(s, spec) for s in cell.widths)
         return cls(cell.key, cell.budget, cell.r, heads, np.log(np.array(cell.widths, float)),
                    np.array([p.N_once for p in sizes], float), np.array([p.N_rec for p in sizes], float),
-                   np.array(tokens, float), round(cell.first_guess * spec.width_unit / spec.head_dim))
+                   np.array(tokens, float), space.heads(cell.first_guess, spec))
 
     def index(self, heads: int) -> int:
         return self.heads.index(heads)

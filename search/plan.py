@@ -34,7 +34,8 @@ import torch
 
 from loopscale import objectives
 from loopscale.analysis.flops import paper_grid_reference
-from loopscale.model import LoopedLM, count_params, flops_per_token, runtime, tokens_for_budget
+from loopscale.model import (LoopedLM, count_params, flops_per_token, iso_depth_template, runtime,
+                             tokens_for_budget)
 from loopscale.objectives.recipe import build_optimizers
 
 from . import space
@@ -241,14 +242,14 @@ def _trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput
 
 
 def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
-    t = spec.model_template()
+    t = iso_depth_template(spec.model_template())
     lines = [
         f"sweep {spec.name!r}: objective {spec.objective}, sampler {spec.sampler}, seed {spec.seed}, "
         f"{len(spec.budgets)} budgets x {len(spec.recurrences)} recurrences = {len(spec.cells())} cells, "
         f"{spec.planned_trials()} trials",
-        f"template: depth {t.get('depth', 20)} (prelude {t.get('prelude', 2)}, coda {t.get('coda', 2)}), "
+        f"template: depth {t['depth']} (prelude {t['prelude']}, coda {t['coda']}), "
         f"width = {spec.width_unit} s in heads of {spec.head_dim}, seq_len {spec.seq_len}, vocab {t['vocab_size']}, "
-        f"injection {t.get('injection', 'linear')}; batch {spec.batch_tokens:,} tokens",
+        f"injection {t['injection']}; batch {spec.batch_tokens:,} tokens",
     ]
     if spec.objective == "train" or spec.calibrate is not None:
         lines.append(_lr_note(spec))

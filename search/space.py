@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loopscale import objectives
-from loopscale.model import count_params, tokens_for_budget
+from loopscale.model import count_params, heads_to_s, s_to_heads, tokens_for_budget
 from loopscale.objectives import testing
 
 from .toml_table import Table, require
@@ -62,13 +62,14 @@ def cell_key(budget: float, r: int) -> str:
 
 
 def heads(s: float, spec: SweepSpec) -> int:
-    return round(spec.width_unit * s / spec.head_dim)
+    """The whole number of heads nearest to width multiplier s."""
+    return round(s_to_heads(s, spec.width_unit, spec.head_dim))
 
 
 def s_values(spec: SweepSpec) -> tuple[float, ...]:
     """Every s in [s_min, s_max] whose width is a whole number of heads."""
     lo, hi = heads(spec.s_min, spec), heads(spec.s_max, spec)
-    return tuple(h * spec.s_step for h in range(lo, hi + 1))
+    return tuple(heads_to_s(h, spec.width_unit, spec.head_dim) for h in range(lo, hi + 1))
 
 
 def cells(spec: SweepSpec, stage: str = "search") -> list[Cell]:
@@ -139,7 +140,7 @@ def parse_calibration(table: dict[str, Any], spec: SweepSpec) -> Calibration | N
     require(cal.budget > 0, "[calibrate] budget must be positive")
     require(cal.param in objectives.RECIPE_DEFAULTS,
             f"[calibrate] param {cal.param!r} is not a recipe key ({', '.join(objectives.RECIPE_DEFAULTS)})")
-    require(abs(spec.width_unit * cal.s / spec.head_dim - heads(cal.s, spec)) < 1e-9,
+    require(abs(s_to_heads(cal.s, spec.width_unit, spec.head_dim) - heads(cal.s, spec)) < 1e-9,
             f"[calibrate] s = {cal.s:g} is not a whole number of heads; use s in steps of {spec.s_step:g}")
     config = spec.model(cal.s, cal.r)
     steps = tokens_for_budget(config, cal.budget, spec.batch_tokens) // spec.batch_tokens

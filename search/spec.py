@@ -50,7 +50,7 @@ from typing import Any
 
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
-from loopscale.model import INJECTIONS, JointLaw, LoopedConfig
+from loopscale.model import INJECTIONS, ISO_DEPTH, JointLaw, LoopedConfig, iso_depth_template
 from loopscale.objectives.noise import Noise
 from loopscale.objectives import testing
 
@@ -223,7 +223,7 @@ class SweepSpec:
         if uses_data:  # absent tables mean objectives' defaults (KJV bytes)
             data, recipe = data or {}, recipe or {}
             if data.get("tokenizer") == "bpe" and "tokenizer_vocab" not in data:  # the template's vocabulary
-                data = {**data, "tokenizer_vocab": int(template.get("vocab_size", _ISO_DEFAULTS["vocab_size"]))}
+                data = {**data, "tokenizer_vocab": int(iso_depth_template(template)["vocab_size"])}
             spec = dataclasses.replace(spec, data=data, recipe=recipe)
             require(spec.batch_tokens % spec.seq_len == 0,
                      f"batch_tokens {spec.batch_tokens} must be a whole number of sequences of seq_len {spec.seq_len}")
@@ -250,11 +250,11 @@ class SweepSpec:
 
     @property
     def head_dim(self) -> int:
-        return int(self.template.get("head_dim", _ISO_DEFAULTS["head_dim"]))
+        return int(iso_depth_template(self.template)["head_dim"])
 
     @property
     def width_unit(self) -> int:
-        return int(self.template.get("width_unit", _ISO_DEFAULTS["width_unit"]))
+        return int(iso_depth_template(self.template)["width_unit"])
 
     def model_template(self) -> dict[str, Any]:
         """Keyword arguments of ``LoopedConfig.iso_depth`` other than s and r (the trial config's template)."""
@@ -311,7 +311,7 @@ class SweepSpec:
             return int(self.template["vocab_size"])
         if uses_data:
             return int(objectives.vocab_size_of(self.data))
-        return _ISO_DEFAULTS["vocab_size"]
+        return ISO_DEPTH["vocab_size"]
 
     def _check_shapes(self) -> None:
         for label, s in (("s_min", self.s_min), ("s_max", self.s_max)):
@@ -331,7 +331,6 @@ TOP_KEYS = (
     "trials_per_cell", "sampler", "tolerance", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
-_ISO_DEFAULTS = {"head_dim": 128, "width_unit": 64, "vocab_size": 32064}
 
 
 def _absolute(path: str) -> str:

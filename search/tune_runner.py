@@ -45,8 +45,10 @@ from ray.tune.search import Searcher
 from loopscale import objectives
 from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
+from loopscale.model import heads_to_s
 from loopscale.objectives import METRIC_KEYS
 
+from . import space
 from .law_sampler import CellGeometry, LawSampler, LawSurrogate
 from .progress import Progress
 from .spec import Cell, SweepSpec
@@ -63,7 +65,7 @@ def width_space(trial: Any, *, low: int, high: int, head_dim: int, width_unit: i
     """Width as a whole number of heads on a log scale (the optimum moves geometrically with the budget);
     s = heads * head_dim / width_unit."""
     heads = trial.suggest_int("heads", low, high, log=True)
-    return {"s": heads * head_dim / width_unit}
+    return {"s": heads_to_s(heads, width_unit, head_dim)}
 
 
 def lr_space(trial: Any, *, low: float, high: float) -> None:
@@ -154,12 +156,12 @@ class CellStudy:
             current = (spec.recipe or {}).get(cal.param)
             guess = [{"lr": float(current)}] if _finite(current) and cal.low <= current <= cal.high else []
         else:
-            self.heads = [round(s * spec.width_unit / spec.head_dim) for s in cell.widths]
+            self.heads = [space.heads(s, spec) for s in cell.widths]
             self.space = functools.partial(width_space, low=self.heads[0], high=self.heads[-1],
                                            head_dim=spec.head_dim, width_unit=spec.width_unit)
             self.lr_param = None
             grid = [{"heads": self.heads[round(i)]} for i in _spread(len(self.heads), cell.n_trials)]
-            guess = [{"heads": round(cell.first_guess * spec.width_unit / spec.head_dim)}]
+            guess = [{"heads": space.heads(cell.first_guess, spec)}]
         seed = cell_seed(spec.seed, cell.stage, cell.key)
         sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampler, seed)
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
