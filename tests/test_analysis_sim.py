@@ -1,12 +1,10 @@
 """Simulated sweeps for the analysis tests: the paper's 116-run grid through ``objectives.simulate``, as a runs
-table or logged to a real MLflow sqlite store with the search's layout (one run per trial, tags, params,
-metrics). Other analysis test modules import the builders from here; the tests below pin the grid itself.
+table or logged to a real MLflow sqlite store by the search's own trial logger (one run per trial, tags, params,
+metrics, cell keys as the search writes them). Other analysis test modules import the builders from here; the tests below pin the grid itself.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,44 +44,46 @@ def paper_runs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0, **g
 
 def log_sweep(tracking_uri: str, experiment: str, configs: list[dict[str, Any]], artifact_dir: Path, *,
               extra: list[tuple[dict[str, Any], dict[str, str]]] = ()) -> str:
-    """Log trials to MLflow the way the search does: one run per trial, kind/sweep/stage/cell/r/budget/status
-    tags, the trial config flattened as params, the returned numbers as metrics.
+    """Log trials to MLflow with the search's own writer (``search.tracking.TrialTracker``, as the driver of a
+    sweep does, without Ray): a parent run, then one run per trial with the search's tags (cell keys included),
+    params and metrics.
 
-    ``extra``: (trial config, tags) of trials that did not finish ok; they get those tags and no metrics.
+    ``extra``: (trial config, {"status": "failed" | "diverged", "reason": ...}) of trials that did not finish ok;
+    a failed one is logged as the driver logs a trial that raised, a diverged one as a trial reporting it.
     Returns the experiment id.
     """
-    from mlflow.entities import Metric, Param, RunTag
+    import mlflow
     from mlflow.tracking import MlflowClient
+
+    from loopscale.analysis.store import KIND_TAG
+    from loopscale.search.space import cell_key
+    from loopscale.search.tracking import TrialTracker
 
     client = MlflowClient(tracking_uri)
     exp_id = client.create_experiment(experiment, artifact_location=artifact_dir.as_uri())
-    now = int(time.time() * 1000)
-    for config, tags in [(c, {}) for c in configs] + list(extra):
-        cell = f"C{config['budget_flops']:.3g}-r{config['r']}"
-        base = {"loopscale.kind": "trial", "sweep": experiment, "stage": "search", "cell": cell,
-                "r": str(config["r"]), "budget": f"{config['budget_flops']:.6g}", "objective": "simulate"}
-        run = client.create_run(exp_id, tags={**base, **tags})
-        metrics = []
-        if not tags:
-            result = simulate(config)
-            metrics = [Metric(k, float(v), now, 0) for k, v in result.items()
-                       if isinstance(v, (int, float)) and math.isfinite(v)]
-            tags = {"status": result["status"], "reason": result.get("reason", "")}
-        params = [Param(k, str(v)) for k, v in _flat(config).items()]
-        client.log_batch(run.info.run_id, metrics=metrics, params=params,
-                         tags=[RunTag(k, v) for k, v in tags.items()])
-        client.set_terminated(run.info.run_id, "FAILED" if tags["status"] == "failed" else "FINISHED")
+    parent = client.create_run(exp_id, tags={KIND_TAG: "sweep", "sweep": experiment}).info.run_id
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(tracking_uri)  # the tracker resolves its store as in a sweep (open_sweep sets it)
+    try:
+        tracker = TrialTracker(experiment_id=exp_id, parent_run_id=parent, sweep=experiment, tags={}, flush_s=1e9)
+        tracker.open()
+        counts: dict[str, int] = {}
+        for config, outcome in [(c, {}) for c in configs] + list(extra):
+            cell = cell_key(config["budget_flops"], config["r"])
+            counts[cell] = counts.get(cell, 0) + 1
+            key = f"search/{cell}/{counts[cell]}"
+            tracker.start(key, {"stage": "search", "cell": cell}, config)
+            if not outcome:
+                tracker.finish(key, simulate(config))
+            elif outcome["status"] == "failed":
+                tracker.fail(key, outcome["reason"])
+            else:
+                tracker.finish(key, outcome)
+        tracker.close()
+    finally:
+        mlflow.set_tracking_uri(before)
+    client.set_terminated(parent, "FINISHED")
     return exp_id
-
-
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def test_paper_grid_has_116_runs_29_per_r():
