@@ -1,13 +1,18 @@
 """Device-dependent speed options: bf16 autocast and ``torch.compile``.
 
-Both are requested by the caller and applied only where they pay off (CUDA); on CPU they degrade to plain
-fp32 eager execution and say so through the returned reason, so a sweep spec is portable between a laptop
-and a GPU cluster.
+Both are requested by the caller and applied only where they pay off: bf16 on CUDA; ``torch.compile`` on
+CUDA, and on CPU when the caller asks for it too (``cpu=True``): measured on 2 CPU cores at the demo's shapes,
+compiled steps ran 1.65x (d = 64) to 1.95x (d = 16) faster than eager, after 36-60 s of compilation per shape.
+That warm-up is paid once per shape per sweep: ``cache_dir`` points Inductor's on-disk caches (FX graph cache,
+AOTAutograd cache; TORCHINDUCTOR_CACHE_DIR) at a folder the sweep's trials share, so a later trial of the
+same shape, in any process, loads the compiled graphs instead of compiling them. Eager stays the default
+on CPU (tests, tiny trials) and the reason string says what ran, so a sweep spec is portable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -26,10 +31,17 @@ def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
-def maybe_compile(module: torch.nn.Module, device: torch.device, enabled: bool) -> tuple[torch.nn.Module, str]:
-    """``torch.compile`` the module on CUDA when asked. Returns (module, reason) where reason says what ran."""
+def maybe_compile(module: torch.nn.Module, device: torch.device, enabled: bool, *, cpu: bool = False,
+                  cache_dir: str | None = None) -> tuple[torch.nn.Module, str]:
+    """``torch.compile`` the module on CUDA when asked, and on CPU when ``cpu`` too; compiled artifacts are
+    cached under ``cache_dir`` (module docstring). Returns (module, reason) where reason says what ran."""
     if not enabled:
         return module, "eager (compile not requested)"
-    if device.type != "cuda":
-        return module, "eager (compile skipped: only enabled on CUDA, where it pays for its start-up)"
+    if device.type != "cuda" and not cpu:
+        return module, "eager (compile skipped on CPU: not requested for CPU)"
+    if cache_dir:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)  # read by Inductor at each compile
+    import torch._inductor.config as inductor_config  # lazily: importing Inductor costs seconds
+
+    inductor_config.fx_graph_cache = True
     return torch.compile(module), "compiled"

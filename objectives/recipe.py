@@ -31,7 +31,10 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
     log_every      10          steps between train-loss reports and divergence checks (one host sync each)
     diverge_factor 1.5         diverged when the train loss is NaN/inf or exceeds this times the first loss
     bf16           True        bf16 autocast (CUDA only; CPU runs fp32)
-    compile        True        torch.compile (CUDA only)
+    compile        True        torch.compile on CUDA
+    compile_cpu    False       torch.compile on CPU too, its warm-up paid once per shape per sweep through a
+                               compile cache in the sweep's cache_dir (model/runtime.py); eager is the default
+                               for tests and tiny trials, which the warm-up would dominate
 
 Learning-rate transfer (batch, data and width rules, with their sources): objectives/lr_rules.py. The data
 rule is MuonH's (HyperP derived it for MuonH, and the paper's script applies it to MuonH only): torch's Muon
@@ -92,6 +95,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "diverge_factor": 1.5,
     "bf16": True,
     "compile": True,
+    "compile_cpu": False,
 }
 # key -> (kind, bound): "pos" a number > bound, "nonneg" >= 0, "frac" in [0, 1], "int" an integer >= bound.
 _NUMBERS: dict[str, tuple[str, float]] = {
@@ -121,7 +125,7 @@ def validate_recipe(recipe: dict[str, Any]) -> None:
     if (not isinstance(betas, (list, tuple)) or len(betas) != 2
             or not all(_is_number(b) and 0 <= b < 1 for b in betas)):
         raise ValueError(f"recipe.betas must be two numbers in [0, 1), got {betas!r}")
-    for key in ("bf16", "compile"):
+    for key in ("bf16", "compile", "compile_cpu"):
         if key in recipe and not isinstance(recipe[key], bool):
             raise ValueError(f"recipe.{key} must be true or false, got {recipe[key]!r}")
     if recipe.get("warmup_frac") is not None and recipe["warmup_frac"] >= 1:

@@ -43,6 +43,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -103,7 +104,8 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     model = LoopedLM(config).to(device)
     lrs = group_lrs(recipe, trial_config["template"], config, plan["tokens"], batch_tokens)
     optimizers = build_optimizers(model, lrs, recipe)
-    step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"])
+    step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
+                                          cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial_config))
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
     branches = branch_plan(recipe, config, float(trial_config["budget_flops"]), plan["steps"], batch_tokens)
 
@@ -136,6 +138,11 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
         "reason": reason,
         **branch_metrics(outcome["branches"], plan["flops_per_token"], batch_tokens),
     }
+
+
+def compile_cache_dir(trial_config: dict[str, Any]) -> str:
+    """Where a trial's compiled graphs are cached: under the sweep's shared cache_dir, so trials share them."""
+    return str(Path(trial_config.get("cache_dir") or default_cache_dir()) / "inductor")
 
 
 def branch_plan(recipe: dict[str, Any], config: LoopedConfig, budget: float, steps: int,

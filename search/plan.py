@@ -97,9 +97,19 @@ def _lr_note(spec: SweepSpec) -> str:
     return note
 
 
+def trial_flops(spec: SweepSpec, budget: float) -> float:
+    """What one trial of ``budget`` spends at most: its budget, plus the warmdowns of its branches (a share
+    ``warmdown_frac`` of each smaller branch budget; objectives/train.py)."""
+    if spec.objective != "train" or not spec.recipe:
+        return budget
+    recipe = objectives.normalize_recipe(spec.recipe)
+    return budget + recipe["warmdown_frac"] * sum(c for c in recipe["branch_budgets"] if c < budget)
+
+
 def total_flops(spec: SweepSpec) -> float:
-    """Upper bound on the FLOPs of every planned trial (a trial spends its budget to within one step)."""
-    return sum(c.n_trials * c.budget for stage in STAGES for c in spec.cells(stage))
+    """Upper bound on the FLOPs of every planned trial (a trial spends its budget to within one step, plus
+    its branches' warmdowns)."""
+    return sum(c.n_trials * trial_flops(spec, c.budget) for stage in STAGES for c in spec.cells(stage))
 
 
 def flops_estimate(spec: SweepSpec) -> str:
@@ -109,8 +119,8 @@ def flops_estimate(spec: SweepSpec) -> str:
     cap = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
-        floor = sum(min(3, c.n_trials) * c.budget for c in spec.cells()) + sum(
-            c.n_trials * c.budget for c in spec.cells("calibrate"))
+        floor = sum(min(3, c.n_trials) * trial_flops(spec, c.budget) for c in spec.cells()) + sum(
+            c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
         text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
                 f"3 widths per cell at least, trials_per_cell at most)")
     reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
@@ -237,6 +247,7 @@ def _trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput
     config = spec.model(s, cell.r)
     f = flops_per_token(config)
     steps = tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
+    steps += round((trial_flops(spec, cell.budget) - cell.budget) / (f * spec.batch_tokens))  # branch warmdowns
     return (throughput.setup_s + steps * throughput.step_seconds(f * spec.batch_tokens)
             + f / 3 * spec.val_tokens / throughput.flops_per_s)
 

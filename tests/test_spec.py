@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from loopscale.model import count_params, tokens_for_budget
+from loopscale.model import count_params, flops_per_token, tokens_for_budget
 from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
@@ -90,6 +90,9 @@ def test_demo_preset_covers_what_the_demo_promises():
     spec = SweepSpec.from_toml("demo")
     assert spec.objective == "train" and len(spec.budgets) >= 3 and set(spec.recurrences) >= {1, 2, 4}
     assert spec.template["vocab_size"] == 256  # byte-level KJV
+    # identifiability (issue 15): budgets over >= 30x, warmdown branches at every smaller budget
+    assert max(spec.budgets) / min(spec.budgets) >= 30
+    assert spec.recipe["schedule"] == "wsd" and spec.recipe["branch_budgets"] == sorted(spec.budgets)[:-1]
 
 
 def test_paper_preset_is_the_papers_design():
@@ -213,6 +216,14 @@ def test_plan_lists_cells_and_estimates(tmp_path, capsys):
     assert "cell C=1e+13,r=2" in capsys.readouterr().out
 
 
+def test_plan_counts_the_warmdown_branches(tmp_path):
+    """A trial of C = 1e13 that branches at 1e12 spends 20% (warmdown_frac) of 1e12 more; a 1e12 one nothing."""
+    recipe = {"schedule": "wsd", "branch_budgets": [1e12]}
+    spec = SweepSpec.from_toml(write_spec(tmp_path, objective="train", recipe=recipe))
+    assert total_flops(spec) == sum(c.n_trials * (c.budget + (0.2e12 if c.budget == 1e13 else 0))
+                                    for c in spec.cells())
+
+
 def test_plan_measures_throughput_of_a_sweep_shape():
     throughput = measure_throughput(SweepSpec.from_toml("smoke"), max_steps=2, min_seconds=0.0)
     assert throughput is not None and throughput.flops_per_s > 1e7 and throughput.device == "cpu"
@@ -228,7 +239,11 @@ def test_plan_prices_every_optimizer_step_of_every_feasible_width():
     with_steps = Throughput(flops_per_s=1e9, step_s=0.1, shape="", device="cpu")
 
     def steps(cell, s):
-        return tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) // spec.batch_tokens
+        config = spec.model(s, cell.r)
+        # and the warmdown branches: 20% (the default warmdown_frac) of each smaller branch budget's tokens
+        warmdowns = 0.2 * sum(c for c in spec.recipe.get("branch_budgets", []) if c < cell.budget)
+        return (tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
+                + round(warmdowns / (flops_per_token(config) * spec.batch_tokens)))
 
     expected = 0.0
     for stage in ("calibrate", "search"):

@@ -6,9 +6,10 @@ bootstrap, and what ``interval="auto"`` picks.
 
 Sweeps: the paper's law and template on three of its budgets (1e18, 4.64e18, 2.15e19: a 21x span) with its
 widths for them (15 runs per r, 45 in all), simulated by ``objectives.simulate`` (0.01 nats of independent
-noise per run). ``structured`` noise adds what real sweeps have on top: a per-cell offset shared by the runs of
-a cell (N(0, 0.005) nats: the cell's common data order and evaluation set) and a smooth misspecification the
-law cannot express, 0.005 * cos(log N_eff) nats. The truth is the law that made the data (phi = 0.459).
+noise per run). ``structured`` noise adds what real sweeps have on top (objectives.noise, the simulated
+objective's default sizes): a per-cell offset shared by the runs of a cell (0.005 nats) and a smooth
+misspecification in width per cell that the law cannot express (0.004 nats). The truth is the law that made
+the data (phi = 0.459).
 For each seed and method: does the interval contain the truth, its width, and the share of bootstrap draws
 on phi's bounds (-3 or 3; a CI pinned there says nothing). Quality figures: not timing-sensitive.
 """
@@ -33,20 +34,18 @@ from loopscale.analysis import fit_joint_law  # noqa: E402
 from loopscale.analysis.fit import (DEFAULT_BOUNDS, DEFAULT_FIT_OPTIONS, FitData, block_loss_share,  # noqa: E402
                                    interval_method)
 from loopscale.model import PAPER_LAW  # noqa: E402
+from loopscale.objectives.noise import Noise  # noqa: E402
 from test_analysis_sim import PAPER_GRID, paper_runs  # noqa: E402
 
 BUDGETS = (1e18, 4.64e18, 2.15e19)
-CELL_SD = 0.005
-MISSPEC = 0.005
+STRUCTURE = Noise(noise=0.0)  # the default per-cell offset and misspecification, no extra independent noise
 
 
 def sweep(seed: int, noise: str) -> pd.DataFrame:
     runs = paper_runs(noise=0.01, seed=seed, grid={c: PAPER_GRID[c] for c in BUDGETS}, recurrences=(1, 2, 4))
     if noise == "structured":
-        rng = np.random.default_rng(10_000 + seed)
-        cell = FitData.from_runs(runs).cell
-        n_eff = runs["N_once"] + runs["r"] ** PAPER_LAW.phi * runs["N_rec"]
-        runs["val_loss"] += rng.normal(0, CELL_SD, cell.max() + 1)[cell] + MISSPEC * np.cos(np.log(n_eff))
+        runs["val_loss"] += [STRUCTURE.deviation(seed=seed, budget=c, r=int(r), width=int(w))
+                             for c, r, w in zip(runs["budget_flops"], runs["r"], runs["width"])]
     return runs
 
 
