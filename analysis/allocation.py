@@ -60,6 +60,10 @@ def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: 
         base_loss = _loss(law, curves[1], base_width, budget)
         for r in recurrences:
             rows.append(_row(law, curves[r], curves[1], budget, base_loss, batch_tokens))
+            if np.isnan(rows[-1]["width_built"]):  # the continuous optimum would be a model nobody can train
+                raise ValueError(f"budget {budget:.3g} FLOPs buys no optimizer step of {batch_tokens} tokens at "
+                                 f"r={r} for any buildable width (the narrowest is one head, width "
+                                 f"{curves[r].head_dim}); use a larger budget")
     return pd.DataFrame(rows)
 
 
@@ -133,6 +137,8 @@ def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float)
     lo, hi = np.log(budget) - 2.0, np.log(budget) + 2.0
     while gap(lo) < 0:
         lo -= 2.0
+        if lo < np.log(budget) - 60:  # e^60 times less compute still reaches it: the loss is no bound
+            return 0.0
     while gap(hi) > 0:
         hi += 2.0
         if hi > np.log(budget) + 60:

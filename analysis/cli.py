@@ -130,6 +130,7 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file), write its tables and
     plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
     when the runs came from MLflow and ``log``."""
+    _check_out(out, folder=True)
     runs = load_runs(experiment, tracking_uri)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     if budgets:
@@ -163,7 +164,18 @@ class Progress:
         print(f"[{time.perf_counter() - self.started:5.1f} s] {line}", file=sys.stderr, flush=True)
 
 
+def _check_out(out: Path | None, *, folder: bool) -> None:
+    """--out must be able to become what the command writes (a folder, or a file), checked before any work."""
+    if out is None or not out.exists():
+        return
+    if folder and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; analyze writes a folder of tables and plots: name a folder")
+    if not folder and out.is_dir():
+        raise ValueError(f"--out {out} is a folder; export writes one table: name a file")
+
+
 def run_export(args: argparse.Namespace) -> int:
+    _check_out(args.out, folder=False)
     if args.law == "paper":
         law, template, batch_tokens = PAPER_LAW, None, None
         budgets = args.budgets or list(PAPER_BUDGETS)

@@ -9,6 +9,8 @@ puts the tables (CSV, Markdown, LaTeX, JSON) under ``tables/``, the figures unde
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,7 +123,21 @@ class Analysis:
         return "\n".join(lines)
 
     def write(self, out_dir: Path) -> list[Path]:
-        """Write tables, figures and the summary under ``out_dir``; returns the files written."""
+        """Write tables, figures and the summary under ``out_dir``; returns the files written. All or nothing:
+        everything is written to a scratch folder beside ``out_dir`` first (a figure or number that fails to
+        render leaves no half of the output), then moved into place file by file."""
+        scratch = out_dir.parent / f".{out_dir.name}.{os.getpid()}.partial"
+        try:
+            written = self._write(scratch)
+            final = [out_dir / path.relative_to(scratch) for path in written]
+            for path, target in zip(written, final):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return final
+
+    def _write(self, out_dir: Path) -> list[Path]:
         (out_dir / "tables").mkdir(parents=True, exist_ok=True)
         (out_dir / "plots").mkdir(exist_ok=True)
         paths = []

@@ -29,6 +29,7 @@ NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
 REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
 FILE_SUFFIXES = (".csv", ".parquet", ".pq")
+MAX_MAGNITUDE = 1e60  # far beyond any FLOP, token or parameter count; 1e308 overflowed the fit
 ORDER = ("stage", "budget_flops", "r", "width", "s", "run_id")  # rows read from MLflow, sorted
 
 
@@ -97,6 +98,11 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
                    "branch_of"):
         runs[column] = runs[column].map(lambda v: "" if pd.isna(v) else str(v))
     runs["status"] = runs["status"].str.strip().str.lower().replace("", "ok")
+    named = runs["run_id"][runs["run_id"] != ""]
+    repeated = named[named.duplicated()]
+    if not repeated.empty:  # the same run twice would enter the fit twice
+        raise ValueError(f"runs table lists run_id {repeated.iloc[0]!r} more than once ({len(repeated)} repeated "
+                         "row(s)); each run must appear once")
 
     problems = _row_problems(runs)
     flagged = (runs["status"] == "ok") & (problems != "")
@@ -156,6 +162,8 @@ def _row_problems(runs: pd.DataFrame) -> pd.Series:
         finite = np.isfinite(values.to_numpy(float))
         problems[~finite] = f"{column} is missing or not finite"
         problems[finite & ~test(values).to_numpy(bool)] = text
+        # products of such numbers overflow float64 inside the fit and the tables
+        problems[finite & (values.abs() > MAX_MAGNITUDE).to_numpy(bool)] = f"{column} is above {MAX_MAGNITUDE:.0e}"
     return problems
 
 

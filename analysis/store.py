@@ -42,13 +42,30 @@ PAGE_SIZE = 1000
 # the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
 # objectives): the trial run's metrics in the store, the runs table's columns after reading
 BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
-_URI_PASSWORD = re.compile(r"(\w+://[^:/@\s\"']+:)([^@\s\"']+)(@)")
+# A URI's scheme and everything after it up to a space or quote. Its credentials run to the LAST '@' (a
+# password may hold '@', '/' or ':' unescaped: users paste them so); the user ends at the first ':'.
+_URI = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s\"'<>`]*)")
 
 
 def redact(text: str) -> str:
-    """``text`` (a URI, a message, a TOML file) with the password of every ``scheme://user:password@`` in it
-    replaced by ``***``: safe to print or log."""
-    return _URI_PASSWORD.sub(r"\1***\3", text)
+    """``text`` (a URI, a message, a TOML file) with the password of every ``scheme://user:password@host`` in it
+    replaced by ``***``: safe to print or log. Any user, empty or not; any '@', '/' or ':' in the password."""
+    def hide(match: re.Match) -> str:
+        credentials, at, host = match["rest"].rpartition("@")
+        user, colon, _ = credentials.partition(":")
+        if not at or not colon:
+            return match[0]
+        return f"{match['scheme']}{user}:***@{host}"
+
+    return _URI.sub(hide, text)
+
+
+def without_credentials(uri: str) -> str:
+    """The URI with its ``user:password@`` removed, cut the same way as ``redact`` cuts it."""
+    match = _URI.match(uri)
+    if match is None or "@" not in match["rest"]:
+        return uri
+    return match["scheme"] + match["rest"].rpartition("@")[2]
 
 
 def default_tracking_uri() -> str:
@@ -121,8 +138,7 @@ def sqlite_tables(path: Path) -> set[str]:
 def check_server(uri: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
     """An MLflow server must answer ``/health`` with HTTP 200. Asked without the URI's credentials: /health
     needs no login, and they travel in MLFLOW_TRACKING_USERNAME/PASSWORD anyway."""
-    parts = urllib.parse.urlsplit(uri)
-    health = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl().rstrip("/") + "/health"
+    health = without_credentials(uri).rstrip("/") + "/health"
     try:
         with urllib.request.urlopen(health, timeout=timeout_s) as reply:
             status = reply.status

@@ -138,15 +138,11 @@ def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> 
     D = floor(C / (F * batch_tokens)) * batch_tokens, so the run never spends more than C and falls short by
     less than one step. Returns 0 when the budget does not buy a single step.
     """
-    if flops <= 0:
-        raise ValueError(f"FLOP budget must be positive, got {flops}")
+    if not flops > 0 or flops == float("inf"):
+        raise ValueError(f"FLOP budget must be positive and finite, got {flops}")
     if batch_tokens <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
     per_step = flops_per_token(config) * batch_tokens  # an exact int
-    steps = int(flops // per_step)
-    # Float division can be off by one step at large budgets; correct it with exact int-vs-float comparisons.
-    while steps > 0 and steps * per_step > flops:
-        steps -= 1
-    while (steps + 1) * per_step <= flops:
-        steps += 1
-    return steps * batch_tokens
+    # Exact at any budget, no float division: floor(C / n) = floor(floor(C) / n) for a whole n, and int(C) of
+    # a finite float is exact. (Correcting a float quotient step by step looped ~1e14 times at C = 1e40.)
+    return int(flops) // per_step * batch_tokens

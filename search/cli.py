@@ -2,7 +2,9 @@
 
 Every subcommand is one ``add_<name>(subparsers)`` function that registers its parser and sets ``func``;
 ``main`` dispatches. Bad input (a ValueError from spec parsing or validation) is one line on stderr,
-``loopscale: error: ...``, and exit code 2, raised before Ray starts or anything is written.
+``loopscale: error: ...``, and exit code 2, raised before Ray starts or anything is written. A failing
+store or disk, or a sweep left incomplete, is one line and exit code 1; a sweep stopped by SIGINT or SIGTERM
+one line saying how to resume, and exit code 130 or 143.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from loopscale.analysis.cli import register as add_analysis
 from loopscale.analysis.store import resolve_tracking_uri
 
 from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec
+from .stopping import SweepInterrupted
 
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db)"
 SPEC_HELP = f"a sweep spec TOML file, or a preset: {', '.join(PRESET_NAMES)}"
@@ -170,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"loopscale: error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:  # a store or disk that failed, a sweep left incomplete
         print(f"loopscale: error: {exc}", file=sys.stderr)
         return 1
+    except SweepInterrupted as exc:  # SIGINT / SIGTERM: 130 / 143, as a shell reports a signal
+        print(f"loopscale: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injectio
 DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a cell's optimum
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
+MAX_NAME = 128
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ class SweepSpec:
         name = t.str("name", required=True)
         require(name.replace("-", "").replace("_", "").replace(".", "").isalnum(),
                  f"name {name!r} may use only letters, digits, '-', '_' and '.'")
+        # it names folders (with Tune's suffixes) and files, whose names a file system caps at 255 bytes
+        require(len(name.encode()) <= MAX_NAME, f"name is {len(name.encode())} bytes long; keep it to {MAX_NAME}")
         objective = t.choice("objective", OBJECTIVES, "train")
         budgets = tuple(float(b) for b in t.list("budgets", (int, float), required=True))
         require(all(b > 0 and math.isfinite(b) for b in budgets), "budgets must be positive finite FLOP counts")
@@ -184,6 +187,8 @@ class SweepSpec:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"[simulate] law needs exactly E, A, alpha, B, beta, phi as numbers: {exc}") from None
             law = {k: float(v) for k, v in law.items()}
+            require(all(math.isfinite(v) for v in law.values()),
+                    f"[simulate] law must hold finite numbers, got {', '.join(f'{k} = {v}' for k, v in law.items())}")
 
         data = t.table("data") if "data" in raw else None
         recipe = t.table("recipe") if "recipe" in raw else None
@@ -240,6 +245,11 @@ class SweepSpec:
             widths = {c.key: c.widths for c in spec.cells()}
             spec = dataclasses.replace(spec, testing=testing.parse_aids(raw["testing"], widths, spec.objective))
         check_store(spec.tracking_uri, create=True)
+        require(not (spec.tracking_uri.startswith("sqlite:") and "?" in spec.tracking_uri),
+                f"tracking_uri {spec.tracking_uri!r} carries options ({spec.tracking_uri.partition('?')[2]}); a sweep "
+                "writes its store: name the database file alone")
+        require("://" in spec.storage or not Path(spec.storage).exists() or Path(spec.storage).is_dir(),
+                f"storage {spec.storage} is a file; name a folder for Tune's state")
         return spec
 
     # ---- derived -------------------------------------------------------------------------------------

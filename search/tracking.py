@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import fcntl
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 import os
 import re
 import subprocess
@@ -32,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import requests
+import sqlalchemy.exc
 from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
@@ -40,6 +45,7 @@ from loopscale.objectives import METRIC_KEYS, model_config
 from loopscale.objectives.trial import is_branch_key
 
 from .spec import SweepSpec
+from .stopping import StoreFailure
 from .ui import VIEW_TAG, runs_view
 
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
@@ -93,6 +99,22 @@ def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = redact(str(value))[:6000]
     return flat
+
+
+# ---- store failures ----------------------------------------------------------------------------------------
+STORE_ERRORS = (MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, OSError)
+
+
+@contextmanager
+def store_errors(uri: str | None = None) -> Iterator[None]:
+    """Any failure of the MLflow store inside the block (a read-only or deleted sqlite file, a full disk, a
+    server that stopped answering) becomes one ``StoreFailure`` line naming the store, password redacted."""
+    try:
+        yield
+    except STORE_ERRORS as exc:
+        where = redact(uri or mlflow.get_tracking_uri())
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise StoreFailure(f"MLflow store {where} failed: {type(exc).__name__}: {first}") from None
 
 
 # ---- the sweep -------------------------------------------------------------------------------------------
@@ -337,6 +359,10 @@ class TrialTracker:
             if run.info.status == "RUNNING":
                 self._client.delete_run(run.info.run_id)
         self._stale.clear()
+
+    def logged(self) -> set[str]:
+        """Trial keys whose run has ended, FINISHED or FAILED (after ``open``, with what this tracker logged)."""
+        return set(self._done)
 
     def _flush(self, entry: _Open, tags: list[RunTag] = ()) -> None:
         params = []

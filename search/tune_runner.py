@@ -22,6 +22,8 @@ reaches Tune through ``TuneReportCallback``, exactly as a one-worker trial's doe
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -29,6 +31,7 @@ import logging
 import math
 import os
 import pickle
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,14 +53,24 @@ from loopscale.objectives import METRIC_KEYS
 
 from . import space
 from .law_sampler import CellGeometry, LawSampler, LawSurrogate
+from .preflight import check_free_space, check_ray_address, low_space, ray_address
 from .progress import Progress
 from .spec import Cell, SweepSpec
-from .tracking import TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep
+from .stopping import StopRequest, StoreFailure, SweepInterrupted, signal_name
+from .sweep_lock import SweepLock
+from .tracking import (TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep,
+                       store_errors)
 
 METRIC = "val_loss"
 SNAPSHOT_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # seconds between Tune's experiment-state snapshots
 N_STARTUP = 3  # model-based proposals start after the first guess and two random widths (see the benchmark)
 STATE_FILE = "sweep.json"
+INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
+# Errors of the disk, not of the trial: retried on --resume instead of recorded as the trial's failure.
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+# What the driver is asked to stop for (a signal, a failing store or disk). Module level: Tune restores the
+# tracking callback from its pickled state on --resume, so the callback reaches it by name, not by reference.
+STOP = StopRequest()
 
 
 # ---- search spaces (module level: the searcher pickles them by reference) -------------------------------
@@ -337,7 +350,10 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
         # a data-parallel trial's workers' nodes, in rank order, comma-separated
         result = {"node": ray.get_runtime_context().get_node_id(), **result}
         if receipt:
-            receipt.save(result)
+            try:
+                receipt.save(result)
+            except OSError as exc:  # a full or failing disk: the result is sound, and the driver stops the sweep
+                result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}"}
     tune.report(result)
 
 
@@ -404,17 +420,30 @@ class JsonFile:
         self._fs, self._file = pyarrow.fs.FileSystem.from_uri(uri)
 
     def load(self) -> dict[str, Any] | None:
+        """The document, or None when there is none. One that does not parse (written by hand, or cut short
+        by a version that wrote in place) raises ValueError naming the file."""
         if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
             return None
         with self._fs.open_input_stream(self._file) as f:
-            return json.loads(f.read().decode())
+            text = f.read().decode(errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ValueError(f"{self.path} is not a readable JSON document; remove it") from None
 
     def save(self, data: dict[str, Any]) -> None:
         self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
         partial = f"{self._file}.{os.getpid()}.partial"
-        with self._fs.open_output_stream(partial) as f:
-            f.write(json.dumps(data).encode())
-        self._fs.move(partial, self._file)
+        try:
+            with self._fs.open_output_stream(partial) as f:
+                f.write(json.dumps(data).encode())
+            self._fs.move(partial, self._file)
+        except BaseException:  # a full disk, or a kill: no half-written file left behind
+            try:
+                self._fs.delete_file(partial)
+            except OSError:
+                pass
+            raise
 
 
 class Receipt(JsonFile):
@@ -425,6 +454,13 @@ class Receipt(JsonFile):
         blob = json.dumps({"key": key, "trial": trial_config}, sort_keys=True, default=str)
         super().__init__(f"{folder.rstrip('/')}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json")
 
+    def load(self) -> dict[str, Any] | None:
+        """An unreadable receipt is no receipt: the trial runs again."""
+        try:
+            return super().load()
+        except ValueError:
+            return None
+
 
 def _trial_dirname(trial: Any) -> str:
     return trial.trial_id
@@ -433,30 +469,71 @@ def _trial_dirname(trial: Any) -> str:
 # ---- driver callbacks ----------------------------------------------------------------------------------
 class TrackingCallback(Callback):
     """MLflow from the driver, idempotent by trial key (the stock MLflowLoggerCallback duplicates runs after
-    a restore: ECOSYSTEM.md)."""
+    a restore: ECOSYSTEM.md). It also watches for reasons to stop (``STOP``): a store write that fails, a trial
+    whose receipt could not be written, a disk that fills up, a signal. It never raises into Tune (which would
+    record a store failure as the failure of every trial it touched): it asks Tune for a graceful stop
+    instead, and the trials it could not log are logged from their receipts on --resume."""
 
-    def __init__(self, tracker: TrialTracker):
+    def __init__(self, tracker: TrialTracker, disks: dict[str, str] | None = None):
         self.tracker = tracker
+        self.disks = disks or {}
 
     def setup(self, **info: Any) -> None:
-        self.tracker.open()
+        self._safely(self.tracker.open)
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        full = low_space(self.disks)  # one statvfs per disk: microseconds, and Tune writes its state every step
+        if full:
+            STOP.fail(full)
+        if STOP.requested:
+            _stop_tune()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         meta = trial.config["meta"]
-        self.tracker.start(meta["trial_key"], meta, trial.config["trial"])
+        self._safely(self.tracker.start, meta["trial_key"], meta, trial.config["trial"])
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if "status" not in result:  # a progress report, not the final result
-            self.tracker.curve(trial.config["meta"]["trial_key"], result)
+            self._safely(self.tracker.curve, trial.config["meta"]["trial_key"], result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.tracker.finish(trial.config["meta"]["trial_key"], trial.last_result)
+        self._safely(self.tracker.finish, trial.config["meta"]["trial_key"], trial.last_result)
+        if (trial.last_result or {}).get(INFRA_KEY):
+            STOP.fail(trial.last_result[INFRA_KEY])
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.tracker.fail(trial.config["meta"]["trial_key"], error_reason(trial))
+        reason = error_reason(trial)
+        if is_disk_error(reason):  # not the trial's failure: it runs again on --resume
+            STOP.fail(f"trial {trial.config['meta']['trial_key']} failed on a disk error: {reason}")
+            return
+        self._safely(self.tracker.fail, trial.config["meta"]["trial_key"], reason)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self.tracker.close()
+        if not STOP.requested:  # a stopped stage keeps its runs: their trials resume
+            self._safely(self.tracker.close)
+
+    def _safely(self, call: Any, *args: Any) -> None:
+        """One tracker call; the first store failure stops the sweep, and the calls after it are skipped."""
+        if STOP.failure:
+            return
+        try:
+            with store_errors():
+                call(*args)
+        except StoreFailure as exc:
+            STOP.fail(str(exc))
+            _stop_tune()
+
+
+def is_disk_error(reason: str) -> bool:
+    """Whether a trial's error line is the disk's (full, read-only, failing), not the trial's own."""
+    return any(os.strerror(code) in reason for code in DISK_ERRNOS)
+
+
+def _stop_tune() -> None:
+    """Ask the running Tune for its graceful stop: it saves its experiment state, leaves running trials to be
+    resumed, and returns from ``fit``. Tune listens for it on SIGUSR1 while it runs (``tune.run``)."""
+    if STOP.in_tune and signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, signal.SIG_IGN, None):
+        signal.raise_signal(signal.SIGUSR1)
 
 
 class ProgressCallback(Callback):
@@ -549,9 +626,22 @@ class SweepOutcome:
 def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) -> SweepOutcome:
     """Run (or resume) the sweep: calibration if the spec asks for it, then the allocation search.
 
-    Raises ValueError (before Ray starts, writing nothing) when the stored state does not match: a sweep
-    with state but no ``resume``, a changed spec, or an MLflow store that already holds this sweep.
+    The sweep is complete only when every planned trial has its ended run in MLflow. Raises ValueError
+    (before Ray starts, writing nothing) when the sweep cannot start: the stored state does not match (state
+    but no ``resume``, a changed spec, an MLflow store that already holds this sweep), another driver runs it,
+    the Ray address does not answer, a disk has no room. After a clean stop it raises ``SweepInterrupted``
+    (a signal) or ``StoreFailure`` (the MLflow store or a disk failed); everything finished is kept for
+    ``--resume``.
     """
+    global STOP
+    check_ray_address(ray_address(spec.address))
+    STOP = StopRequest()
+    local = "://" not in spec.storage
+    with SweepLock(Path(spec.storage) / spec.name) if local else contextlib.nullcontext(), STOP.handling_signals():
+        return _drive(spec, resume, verbose)
+
+
+def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
     state = SweepState(spec.storage, spec.name)
     saved = state.load()
     if saved is not None:
@@ -567,24 +657,35 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
     elif find_parent_run(spec.tracking_uri, spec.name) is not None:
         raise ValueError(f"MLflow experiment {spec.name!r} already holds a sweep of that name but there is no "
                          f"Tune state for it at {state.path}; use a new name or delete the experiment")
+    disks = _disks(spec)
+    check_free_space(disks, spec.planned_trials())
     _quiet(verbose)
     user_period = os.environ.get(SNAPSHOT_ENV)
     fingerprint = _prepare_data(spec)
     started_ray = _start_ray(spec, verbose)
+    STOP.install()  # ray.init put its own SIGTERM handler in place
     try:
         _check_trials_fit(spec, can_grow=not started_ray or bool(spec.address or os.environ.get("RAY_ADDRESS")))
+        fresh = saved is None
         saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
         state.save(saved)  # first: a crash from here on is resumable
-        experiment_id, parent = open_sweep(spec, fingerprint)
+        try:
+            with store_errors(spec.tracking_uri):
+                experiment_id, parent = open_sweep(spec, fingerprint)
+        except StoreFailure:
+            if fresh:  # nothing ran: leave no state that would then demand --resume
+                state.remove()
+            raise
         print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
               f"{spec.objective}; MLflow {redact(spec.tracking_uri)} (experiment {spec.name!r}); "
               f"Tune state {Path(state.path).parent}", flush=True)
         tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
         recipe = spec.recipe
+        run = functools.partial(_run_stage, spec, experiment_id=experiment_id, parent=parent, tags=tags,
+                                verbose=verbose, snapshot_period=user_period, disks=disks)
         if spec.calibrate is not None:
-            stages["calibrate"] = _run_stage(spec, "calibrate", spec.recipe, experiment_id, parent, tags, verbose,
-                                             user_period)
+            stages["calibrate"] = run("calibrate", spec.recipe)
             best = stages["calibrate"].best()
             if best is None:
                 raise RuntimeError(f"calibration: no trial trained without diverging; change [calibrate] low/high "
@@ -593,9 +694,10 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
             recipe = {**spec.recipe, spec.calibrate.param: rate}
             print(f"calibrated {spec.calibrate.param} = {rate:.4g} "
                   f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
-        stages["search"] = _run_stage(spec, "search", recipe, experiment_id, parent, tags, verbose, user_period)
+        stages["search"] = run("search", recipe)
         flops = flops_spent(spec, stages)
-        close_sweep(spec.tracking_uri, parent, flops)
+        with store_errors(spec.tracking_uri):
+            close_sweep(spec.tracking_uri, parent, flops)
         state.save({**saved, "complete": True})
         print(f"spent: {flops_text(flops['total'], flops['paper_grid'])}", flush=True)
         print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
@@ -610,27 +712,52 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
             ray.shutdown()
 
 
-def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, experiment_id: str, parent: str,
-               tags: dict[str, str], verbose: bool, snapshot_period: str | None) -> StageOutcome:
+def _disks(spec: SweepSpec) -> dict[str, str]:
+    """The local folders a sweep writes to, by what they hold (the free-space checks)."""
+    disks = {"Tune storage": spec.storage}
+    if spec.tracking_uri.startswith("sqlite:///"):
+        disks["MLflow store"] = str(Path(spec.tracking_uri.removeprefix("sqlite:///")).parent)
+    return disks
+
+
+def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, experiment_id: str, parent: str,
+               tags: dict[str, str], verbose: bool, snapshot_period: str | None,
+               disks: dict[str, str]) -> StageOutcome:
     cells = spec.cells(stage)
     # Tune snapshots its experiment state every 2 s; a trial that finished after the last snapshot is started
     # again on resume and reports its receipt (run_trial) without running twice. (Snapshots at every training
     # report wrote 14x the bytes, 1.3 GB for an 8-trial demo-sized sweep, and cost 1.5 s of driver CPU per trial.)
     os.environ[SNAPSHOT_ENV] = snapshot_period or "2"
     path = f"{spec.storage.rstrip('/')}/{spec.name}/{stage}"
+    receipts = f"{path}/receipts"
     workers = spec.workers_of(stage)
     # a data-parallel trial's own process only waits for its Ray Train workers, which hold the CPUs and GPUs
     # (Tune needs some resource in a trial's request: a MiB of memory)
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, receipts=f"{path}/receipts", workers=workers,
+        tune.with_parameters(run_trial, receipts=receipts, workers=workers,
                              worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel"),
         spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
+    tracker = functools.partial(TrialTracker, experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name,
+                                tags=tags)
     if tune.Tuner.can_restore(path):
-        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False)
+        # Trials that errored on a disk or store failure have no ended run: they run again. Trials that failed
+        # by themselves (their FAILED run is in MLflow) stay failed.
+        with store_errors(spec.tracking_uri):
+            logged = tracker()
+            logged.open()
+        try:
+            errored = [t for t in tune.ExperimentAnalysis(path).trials
+                       if t.status == "ERROR" and t.config["meta"]["trial_key"] not in logged.logged()]
+            tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
+                                       resume_errored=bool(errored))
+        except (ValueError, EOFError, pickle.UnpicklingError, OSError) as exc:
+            raise StoreFailure(f"Tune's state in {path} is damaged ({type(exc).__name__}: {exc}), as a disk that "
+                               "filled up while Tune wrote it leaves it; the finished trials are in MLflow and in "
+                               f"{receipts}, but this stage cannot be resumed") from None
     else:
-        discard_stage_runs(spec.tracking_uri, experiment_id, parent, stage)  # runs of an attempt killed before Tune saved any state
+        with store_errors(spec.tracking_uri):
+            discard_stage_runs(spec.tracking_uri, experiment_id, parent, stage)  # an attempt killed before Tune saved
         searcher = CellSearcher(make_studies(spec, stage, recipe, journal=study_journal(spec)))
-        tracker = TrialTracker(experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name, tags=tags)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.calibrate.param if stage == "calibrate" else "s")
         tuner = tune.Tuner(
@@ -641,12 +768,31 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, exper
                                         reuse_actors=True,
                                         trial_dirname_creator=_trial_dirname),
             run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
-                                      callbacks=[TrackingCallback(tracker), ProgressCallback(progress)],
+                                      callbacks=[TrackingCallback(tracker(), disks), ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
                                       verbose=1 if verbose else 0),
         )
-    grid = tuner.fit()
+    grid = _fit(tuner)
+    planned = {f"{stage}/{c.key}/{n}" for c in cells for n in range(1, c.n_trials + 1)}
+    if STOP.signum is not None:
+        finished = sum(1 for result in grid if "status" in (result.metrics or {}))
+        raise SweepInterrupted(STOP.signum, f"interrupted by {signal_name(STOP.signum)}: {finished} of "
+                                            f"{len(planned)} {stage} trials finished; resume with: loopscale search "
+                                            f"{spec.source or spec.name} --resume (and the same options)")
+    if STOP.failure:
+        raise StoreFailure(f"{STOP.failure}; the sweep stopped and keeps every finished trial: fix it, then run "
+                           f"loopscale search {spec.source or spec.name} --resume")
     outcome = StageOutcome(stage, studies=_saved_studies(path))
+    with store_errors(spec.tracking_uri):
+        reconcile = tracker()
+        reconcile.open()
+        for result in grid:
+            _log_if_missing(reconcile, result, receipts)
+        missing = sorted(planned - reconcile.logged())
+    if missing:
+        raise RuntimeError(f"{len(missing)} of {len(planned)} planned {stage} trials have no ended run in MLflow "
+                           f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); run loopscale "
+                           f"search {spec.source or spec.name} --resume")
     for result in grid:
         metrics = {k: v for k, v in (result.metrics or {}).items() if k in METRIC_KEYS}
         if result.error is not None:
@@ -665,6 +811,41 @@ def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, A
     per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}
     reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
     return {"total": sum(f for _, _, f in spent), "per_cell": per_cell, "paper_grid": reference}
+
+
+def _fit(tuner: tune.Tuner) -> Any:
+    """``tuner.fit()`` with stop requests handed to Tune (``_stop_tune``) rather than raised inside it; Tune's
+    own SIGINT handler is off, so that SIGINT and SIGTERM mean the same to every stage."""
+    previous = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    STOP.in_tune = True
+    try:
+        return tuner.fit()
+    finally:
+        STOP.in_tune = False
+        if previous is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = previous
+
+
+def _log_if_missing(tracker: TrialTracker, result: Any, receipts: str) -> None:
+    """Reconcile MLflow with Tune after a stage: a trial that ended in Tune but has no ended run (its logging
+    failed, or the driver stopped before it) is logged now, from its receipt when it has one."""
+    meta, trial = result.config["meta"], result.config["trial"]
+    key = meta["trial_key"]
+    if key in tracker.logged():
+        return
+    if result.error is not None:
+        reason = failure_reason(_error_log(result))
+        if not is_disk_error(reason):  # a disk error is no outcome: the trial runs again on --resume
+            tracker.start(key, meta, trial)
+            tracker.fail(key, reason)
+        return
+    final = Receipt(receipts, key, trial).load() or result.metrics or {}
+    if "status" in final:
+        tracker.start(key, meta, trial)
+        tracker.finish(key, final)
 
 
 def _error_log(result: Any) -> str:
@@ -732,6 +913,10 @@ def _quiet(verbose: bool) -> None:
     """Quiet Ray, Optuna and MLflow unless --verbose."""
     if not verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the old console honours verbose=0
+        # Tune logs a traceback for every state upload that fails (a full disk), MLflow's sqlite store one for
+        # every locked or failing write; the sweep says it in one line (``StoreFailure``)
+        for name in ("ray.tune", "ray.train", "mlflow.store"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         logging.getLogger("mlflow").setLevel(logging.WARNING)
 
@@ -745,4 +930,7 @@ class SweepState(JsonFile):
 
     def __init__(self, storage: str, name: str):
         super().__init__(f"{storage.rstrip('/')}/{name}/{STATE_FILE}")
+
+    def remove(self) -> None:
+        self._fs.delete_file(self._file)
 

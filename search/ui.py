@@ -64,11 +64,12 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def server_command(tracking_uri: str, host: str, port: int, extra_args: tuple[str, ...] = ()) -> list[str]:
+def server_command(host: str, port: int, extra_args: tuple[str, ...] = ()) -> list[str]:
     """The ``mlflow server`` command line; artifacts stay where each experiment put them unless
-    ``extra_args`` say otherwise (e.g. ``--artifacts-destination``, ``--app-name basic-auth``)."""
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri, "--host", host,
-           "--port", str(port), "--workers", "1", *extra_args]
+    ``extra_args`` say otherwise (e.g. ``--artifacts-destination``, ``--app-name basic-auth``). The store is not
+    on it: a password in its URI would show in ``ps``; it travels in the environment (``server_env``)."""
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port), "--workers", "1",
+           *extra_args]
     if host != LOOPBACK:
         # MLflow rejects unknown Host headers (DNS-rebinding guard); allow the name the user chose and loopback.
         cmd += ["--allowed-hosts", f"{host},{host}:{port},localhost:{port},{LOOPBACK}:{port}"]
@@ -92,12 +93,15 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
     """Start ``mlflow server`` in its own process group and wait until /health answers.
 
     Returns (process, base URL). ``env`` adds variables (e.g. MLFLOW_AUTH_CONFIG_PATH for the basic-auth app)."""
+    check_address(host, port)
     if not port_is_free(host, port):
         raise ValueError(f"port {port} on {host} is in use; pick another with --port")
-    # No job runner: ~7 s faster start, and nothing here uses it.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
+    # No job runner: ~7 s faster start, and nothing here uses it. MLflow's server reads the store from
+    # MLFLOW_BACKEND_STORE_URI as it would from --backend-store-uri.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": tracking_uri,
+           **(env or {})}
     log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: an unread pipe would stall the server
-    proc = subprocess.Popen(server_command(tracking_uri, host, port, extra_args), env=env, start_new_session=True,
+    proc = subprocess.Popen(server_command(host, port, extra_args), env=env, start_new_session=True,
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://{LOOPBACK if host in (LOOPBACK, '0.0.0.0') else host}:{port}"
     try:
@@ -105,11 +109,25 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
     except RuntimeError as err:
         stop_server(proc)
         log.seek(0)
-        last = log.read().strip().splitlines()[-1:]
+        last = redact(log.read()).strip().splitlines()[-1:]
         raise RuntimeError(f"{err}{': ' + last[0] if last else ''}") from None
+    except BaseException:  # Ctrl-C or SIGTERM while it starts: no server left behind in its own session
+        stop_server(proc)
+        raise
     finally:
         log.close()  # the child keeps its own handle
     return proc, base
+
+
+def check_address(host: str, port: int) -> None:
+    """One line for a port no socket can have or a host name that does not resolve (bind would fail, and
+    the failure read as "port in use")."""
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port} is not a TCP port (1-65535)")
+    try:
+        socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"--host {host!r} does not resolve to an address of this machine: {exc}") from None
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -145,14 +163,19 @@ def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
 def serve(tracking_uri: str, host: str, port: int, experiment: str | None) -> int:
     """Run the UI on ``experiment``'s runs until Ctrl-C / SIGTERM; returns the exit code."""
     check_store(tracking_uri)  # missing, corrupted or not answering: one line, not SQLAlchemy's traceback
+    check_address(host, port)
     experiment_id = experiment_id_of(tracking_uri, experiment)
     if host != LOOPBACK:
         print(f"loopscale: warning: the UI will listen on {host}, reachable by others on that network; MLflow's "
               "UI has no login unless you run the basic-auth app (see README)", file=sys.stderr)
-    proc, base = start_server(tracking_uri, host, port)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        proc, base = start_server(tracking_uri, host, port)
+    except KeyboardInterrupt:  # start_server stopped the half-started server
+        print("MLflow UI stopped before it started.", file=sys.stderr)
+        return 130
     print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact(tracking_uri)}; Ctrl-C stops it)",
           flush=True)
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         proc.wait()
     except KeyboardInterrupt:

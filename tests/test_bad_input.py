@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from loopscale.search.cli import main
@@ -95,6 +96,11 @@ def silent_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def a_file(path: Path) -> Path:
+    path.write_text("x")
+    return path
+
+
 # ---- search ------------------------------------------------------------------------------------------------
 # (what is wrong, spec overrides or a function of the directory giving the spec's text, expected message)
 SPEC_MISTAKES: list[tuple[str, Any, str]] = [
@@ -138,6 +144,16 @@ SPEC_MISTAKES: list[tuple[str, Any, str]] = [
     ("misspelled data key", lambda root: to_toml(base_spec(
         root, tracking_uri=None, storage=None, cache_dir=None, objective="train", data={"sorce": "kjv"}, recipe={})),
      "unknown key 'sorce' for source 'kjv' (did you mean 'source'?)"),
+    # issue 14: these started Ray, or wrote state, before failing
+    ("a 300-character name", {"name": "n" * 300}, "name is 300 bytes long; keep it to 128"),
+    ("a file as the Tune storage", lambda root: to_toml(base_spec(
+        root, tracking_uri=None, storage=str(a_file(root / "tune")), cache_dir=None)), "is a file; name a folder"),
+    ("a read-only sqlite store", lambda root: to_toml(base_spec(
+        root, tracking_uri=f"sqlite:///{root / 'mlflow.db'}?mode=ro", storage=None, cache_dir=None)),
+     "carries options (mode=ro)"),
+    ("a NaN in the simulated law", {"simulate": {"law": {"E": float("nan"), "A": 1.0, "alpha": 0.3, "B": 1.0,
+                                                         "beta": 0.3, "phi": 0.5}}},
+     "[simulate] law must hold finite numbers, got E = nan"),
 ]
 
 
@@ -294,3 +310,46 @@ def test_console_exit_code_is_2_with_one_line_and_no_traceback(tmp_path):
         assert done.stderr.startswith("loopscale: error: ") and done.stderr.count("\n") == 1, done.stderr
         assert message in done.stderr and done.stdout == ""
     assert snapshot(tmp_path) == before and spec.exists()
+
+
+# ---- issue 14: outputs, ports, hosts, runs tables ------------------------------------------------------------
+def test_analyze_and_export_refuse_an_out_of_the_wrong_kind_before_any_work(workdir, capsys):
+    (workdir / "a-file").write_text("x")
+    (workdir / "a-folder").mkdir()
+    refuses(["analyze", "--experiment", "nothing", "--out", "a-file"], workdir, capsys, "--out a-file is a file")
+    refuses(["export", "--law", "paper", "--out", "a-folder"], workdir, capsys, "--out a-folder is a folder")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--port", "70000"], "--port 70000 is not a TCP port (1-65535)"),
+    (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid' does not resolve"),
+], ids=["port", "host"])
+def test_ui_refuses_an_impossible_port_or_host(workdir, capsys, small_store, argv, message):
+    refuses(["ui", "--tracking-uri", f"sqlite:///{small_store}", *argv], workdir, capsys, message)
+
+
+def test_export_refuses_a_budget_no_model_can_train(workdir, capsys):
+    refuses(["export", "--law", "paper", "--budgets", "1"], workdir, capsys,
+            "budget 1 FLOPs buys no optimizer step of 262144 tokens at r=1 for any buildable width")
+
+
+def test_a_runs_table_listing_a_run_twice_is_refused(workdir, capsys):
+    from test_analysis_sim import paper_runs
+
+    table = paper_runs(noise=0.01)
+    pd.concat([table, table.iloc[:3]]).to_csv(workdir / "runs.csv", index=False)
+    refuses(["analyze", "--experiment", "runs.csv", "--out", "out"], workdir, capsys,
+            f"runs table lists run_id {table['run_id'].iloc[0]!r} more than once (3 repeated row(s))")
+
+
+def test_a_runs_table_with_overflowing_numbers_excludes_those_rows(workdir, capsys):
+    """1e308 FLOPs overflowed the fit half-way through writing its outputs; now those rows are excluded."""
+    from test_analysis_sim import paper_runs
+
+    table = paper_runs(noise=0.01)
+    table.loc[table.index[:5], "budget_flops"] = 1e308
+    table.to_csv(workdir / "runs.csv", index=False)
+    assert main(["analyze", "--experiment", "runs.csv", "--out", "out", "--n-starts", "20",
+                 "--n-bootstrap", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "5 invalid (budget_flops is above 1e+60)" in captured.out and captured.err == ""

@@ -76,7 +76,7 @@ class Driver:
     """``python -m search.cli search SPEC [--resume]`` with its output read line by line in the background."""
 
     def __init__(self, spec: SweepSpec, ray_dir: str, resume: bool):
-        env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "RAY_TMPDIR": ray_dir}  # PYTHONPATH as given: it names the loopscale under test
         command = [sys.executable, "-m", "loopscale.search.cli", "search", spec.source] + (["--resume"] if resume else [])
         self.process = subprocess.Popen(command, cwd=Path(spec.source).parent, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
@@ -205,7 +205,7 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
 
     resumed = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", sweep.source, "--resume"],
                              cwd=tmp_path / "interrupted", capture_output=True, text=True, timeout=300, check=False,
-                             env={**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONPATH": str(REPO)})
+                             env={**os.environ, "RAY_TMPDIR": ray_dir})
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "complete; fit it with" in resumed.stdout
 

@@ -71,7 +71,7 @@ def assert_loopback_only(base_url: str) -> None:
 def test_ui_and_servers_default_to_loopback():
     """What the commands bind to; that the launcher's default really listens on loopback only is checked on a
     running server (``assert_loopback_only`` in test_no_secret_reaches_params_tags_or_artifacts)."""
-    cmd = server_command("sqlite:///x.db", LOOPBACK, 5000)
+    cmd = server_command(LOOPBACK, 5000)
     assert cmd[cmd.index("--host") + 1] == LOOPBACK and "--allowed-hosts" not in cmd
     assert build_parser().parse_args(["ui"]).host == LOOPBACK  # `loopscale ui` without --host
 
@@ -183,3 +183,36 @@ def test_the_local_ray_a_sweep_starts_refuses_clients_without_its_token(tmp_path
         assert code == 0 and "connected to" in out, err[-2000:]
     finally:
         ray.shutdown()
+
+
+# ---- issue 14: one redaction for every path --------------------------------------------------------------
+LEAKY_URIS = [  # forms the old regex missed: no user, '@' (and '/', ':') inside the password
+    f"http://:{PASSWORD}@127.0.0.1:{{port}}",
+    f"http://u:p@{PASSWORD}@127.0.0.1:{{port}}",
+    f"http://bob:{PASSWORD}:x/y@127.0.0.1:{{port}}",
+]
+
+
+@pytest.mark.parametrize("uri", LEAKY_URIS, ids=["empty user", "@ in password", "/ and : in password"])
+def test_no_form_of_uri_password_is_printed_or_put_in_the_spec_artifact(tmp_path, monkeypatch, capsys, uri):
+    from loopscale.analysis.store import redact
+    from loopscale.search.tracking import redact_text
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        uri = uri.format(port=sock.getsockname()[1])  # nothing listens there once the socket closes
+    assert PASSWORD not in redact(uri) and redact(uri).endswith("@127.0.0.1:" + uri.rpartition(":")[2])
+    assert PASSWORD not in redact_text(f'name = "t"\ntracking_uri = "{uri}"\n')  # the spec.toml artifact
+    for argv in (["analyze", "--experiment", "t", "--tracking-uri", uri],
+                 ["export", "--experiment", "t", "--tracking-uri", uri],
+                 ["ui", "--tracking-uri", uri, "--port", "1"],
+                 ["search", str(write_spec(tmp_path)), "--tracking-uri", uri]):
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        assert "unreachable" in captured.err and PASSWORD not in captured.out + captured.err, argv
+
+
+def test_the_ui_server_gets_the_store_from_its_environment_never_its_command_line():
+    assert not any("://" in part for part in server_command(LOOPBACK, 5000))
+    assert "--backend-store-uri" not in server_command(LOOPBACK, 5000)

@@ -1,0 +1,95 @@
+"""Why a sweep stops before every planned trial has its run: a signal, or a store or disk that failed.
+
+The driver holds one ``StopRequest`` per ``run_search``. The first SIGINT (Ctrl-C) or SIGTERM asks for a clean
+stop: trials that finished are logged, running ones are left for ``--resume``, and the command exits with
+128 + the signal number (130, 143) and one line saying how to resume. A second signal aborts at once. A failing
+MLflow store or a full disk asks for the same clean stop, and the command ends with one error line instead of a
+traceback per trial. Nothing here knows Ray: ``tune_runner`` turns a request into Tune's own graceful stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class SweepInterrupted(BaseException):
+    """A signal stopped the sweep cleanly; the exit code is 128 + the signal number. A BaseException, like
+    KeyboardInterrupt, so that no ``except Exception`` on the way (Tune's, MLflow's) swallows it."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class SweepAborted(SweepInterrupted):
+    """A second signal while the sweep was stopping: no more clean-up, out now."""
+
+
+class StoreFailure(RuntimeError):
+    """The MLflow store or the disk under the sweep's storage failed; the message is one line."""
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+class StopRequest:
+    """Set from a signal handler or the tracking callback; read by the driver between and inside Tune runs.
+
+    ``in_tune``: the driver is inside ``Tuner.fit``, where a stop is handed to Tune (which then saves its state
+    and returns) instead of raised where the signal lands.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.failure = ""
+        self.in_tune = False
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None or bool(self.failure)
+
+    def fail(self, message: str) -> None:
+        """The store or disk failed: the first failure's line is the one reported."""
+        self.failure = self.failure or message
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise SweepAborted(signum, f"aborted by a second {signal_name(signum)}; trials that were running "
+                                       "start again on --resume")
+        self.signum = signum
+        print(f"loopscale: {signal_name(signum)} received: stopping the sweep cleanly (finished trials are "
+              "logged; send it again to abort)", file=sys.stderr, flush=True)
+        if not self.in_tune:
+            raise SweepInterrupted(signum, f"interrupted by {signal_name(signum)}")
+
+    @contextmanager
+    def handling_signals(self) -> Iterator[None]:
+        """Our handlers for SIGINT and SIGTERM inside the block (main thread only: Python allows no other);
+        the previous ones afterwards. Re-entering (after ``ray.init`` set its own SIGTERM handler) re-installs."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in SIGNALS}
+        try:
+            self.install()
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for s in SIGNALS:
+                signal.signal(s, self.on_signal)

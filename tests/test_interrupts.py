@@ -1,0 +1,311 @@
+"""A sweep stopped early loses no trial and repeats none (issue 14): a signal to the driver, a store that stops
+taking writes, a disk that fills up, a second driver of the same sweep.
+
+Every sweep runs as a real ``loopscale search`` subprocess with its own Ray (tests/test_kill_resume.py's
+``Driver``), simulated trials of ~0.5 s that journal each execution, and a real sqlite store. After the stop:
+one line saying what happened, no traceback, the sweep not marked complete; after ``--resume``: every planned
+trial has exactly one run in MLflow, FINISHED, and each trial completed exactly once (the journal), the runs
+MLflow held at the stop kept as they were. The disk cases mount a small tmpfs (root only; skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from loopscale.search import SweepSpec
+from loopscale.search.sweep_lock import LOCK_FILE, SweepLock
+from test_kill_resume import Driver, journal, journal_identity, ray_dir, trial_runs  # noqa: F401 (a fixture)
+from test_spec import base_spec, to_toml
+
+MIB = 2**20
+pytestmark = pytest.mark.usefixtures("testing_aids")  # the sweeps' trials journal and sleep ([testing])
+
+
+def small_sweep(folder: Path, **overrides) -> SweepSpec:
+    """6 cells x 2 widths on the grid (12 trials of ~0.5 s each)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = base_spec(folder, budgets=[1e12, 1e13], recurrences=[1, 2, 4], sampler="grid", trials_per_cell=2,
+                     testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")}, **overrides)
+    (folder / "spec.toml").write_text(to_toml(spec))
+    return SweepSpec.from_toml(folder / "spec.toml")
+
+
+def planned(spec: SweepSpec) -> list[str]:
+    return sorted(f"search/{c.key}/{n}" for c in spec.cells() for n in range(1, c.n_trials + 1))
+
+
+def running(spec: SweepSpec, ray_dir: str, trials: int = 3) -> Driver:
+    """A fresh driver of ``spec``, once ``trials`` trials have finished (0: once its banner says it runs)."""
+    driver = Driver(spec, ray_dir, resume=False)
+    assert driver.wait_for("sweep ", 1) and driver.wait_for("[search ", trials), "".join(driver.output)
+    return driver
+
+
+def run_to_end(driver: Driver, timeout_s: float = 300) -> tuple[int, str]:
+    assert not driver.wait_for("never printed", 1, timeout_s=timeout_s)  # read to the end
+    return driver.process.wait(timeout=30), "".join(driver.output)
+
+
+def finished_runs(spec: SweepSpec) -> dict[str, str]:
+    return {r.data.tags["trial_key"]: r.info.run_id for r in trial_runs(spec) if r.info.status == "FINISHED"}
+
+
+def state_of(spec: SweepSpec) -> dict:
+    return json.loads((Path(spec.storage) / spec.name / "sweep.json").read_text())
+
+
+def resume_and_check_each_trial_once(spec: SweepSpec, ray_dir: str, held: dict[str, str]) -> None:
+    """--resume to the end; then one FINISHED run per planned trial, those held before kept, each trial
+    completed exactly once."""
+    code, out = run_to_end(Driver(spec, ray_dir, resume=True))
+    assert code == 0 and "complete; fit it with" in out, out[-3000:]
+    runs = trial_runs(spec)
+    assert sorted(r.data.tags["trial_key"] for r in runs) == planned(spec)
+    assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
+    assert {key: finished_runs(spec)[key] for key in held} == held  # nothing held at the stop was replaced
+    completed = Counter(journal_identity(e) for e in journal(spec) if e["event"] == "end")
+    assert len(completed) == len(planned(spec)) and set(completed.values()) == {1}, completed
+    assert state_of(spec)["complete"] is True
+
+
+def stopped_cleanly(spec: SweepSpec, code: int, out: str, expected_code: int, *fragments: str) -> dict[str, str]:
+    """The driver's exit code, its last line (holding ``fragments``), no traceback, the sweep not complete, no
+    trial blamed for the stop; returns the runs MLflow holds FINISHED."""
+    assert code == expected_code, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("loopscale: "), out[-3000:]
+    for fragment in fragments:
+        assert fragment in last, last
+    assert state_of(spec)["complete"] is False
+    assert not [r for r in trial_runs(spec) if r.info.status == "FAILED"]
+    return finished_runs(spec)
+
+
+# ---- 1. SIGINT / SIGTERM to the driver ---------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once(tmp_path, ray_dir, signum):
+    spec = small_sweep(tmp_path / "sweep")
+    driver = running(spec, ray_dir)
+    driver.process.send_signal(signum)
+    code, out = run_to_end(driver, timeout_s=120)
+
+    held = stopped_cleanly(spec, code, out, 128 + signum, f"interrupted by {signal.Signals(signum).name}", "--resume")
+    assert 3 <= len(held) < len(planned(spec))
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+
+
+# ---- 2. the store stops taking writes for a while ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_store_that_refuses_writes_stops_the_sweep_in_one_line_and_resume_logs_the_rest(tmp_path, ray_dir):
+    """Another program holds the sqlite store's write lock (BEGIN EXCLUSIVE) past MLflow's 20 s busy timeout."""
+    spec = small_sweep(tmp_path / "sweep")
+    driver = running(spec, ray_dir)
+    blocker = sqlite3.connect(spec.tracking_uri.removeprefix("sqlite:///"), isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        code, out = run_to_end(driver, timeout_s=180)
+    finally:
+        blocker.execute("COMMIT")
+        blocker.close()
+
+    held = stopped_cleanly(spec, code, out, 1, "MLflow store", "database is locked", "--resume")
+    receipts = list((Path(spec.storage) / spec.name / "search" / "receipts").iterdir())
+    assert len(receipts) > len(held)  # trials that finished while the store was locked: only their receipts
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+
+
+# ---- 3. a full disk under the Tune storage -----------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MiB tmpfs (a real file system that fills up), unmounted afterwards."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int) -> Path:
+    """Write a file that leaves ``leave_bytes`` free on ``disk``."""
+    stat = os.statvfs(disk)
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, stat.f_bavail * stat.f_frsize - leave_bytes))
+    return filler
+
+
+def test_a_full_disk_is_refused_before_anything_starts(tmp_path, small_disk, capsys):
+    from loopscale.search.cli import main
+
+    fill(small_disk, 2 * MIB)
+    spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
+    assert main(["search", spec.source]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Tune storage" in err and "MiB free" in err, err
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # nothing written there
+    assert not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_disk_filling_up_mid_sweep_stops_it_cleanly_and_resume_completes(tmp_path, ray_dir, small_disk):
+    spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
+    driver = running(spec, ray_dir)
+    filler = fill(small_disk, 4 * MIB)  # below the room a sweep keeps, above what Tune's next writes take
+    code, out = run_to_end(driver, timeout_s=120)
+
+    held = stopped_cleanly(spec, code, out, 1, "Tune storage", "nearly full", "--resume")
+    assert not list(small_disk.rglob("*.partial"))
+    filler.unlink()
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+
+
+# ---- 4. two drivers of one sweep -------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_second_driver_of_a_running_sweep_exits_2_naming_the_first(tmp_path, ray_dir):
+    spec = small_sweep(tmp_path / "sweep")
+    first = running(spec, ray_dir, trials=0)  # its banner: it holds the lock and runs
+    for resume in ([], ["--resume"]):
+        second = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", spec.source, *resume],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.count("\n") == 1 and f"already being run by pid {first.process.pid}" in second.stderr
+    code, out = run_to_end(first)
+    assert code == 0, out[-3000:]
+    assert sorted(r.data.tags["trial_key"] for r in trial_runs(spec)) == planned(spec)  # each once, not twice
+    assert not (Path(spec.storage) / spec.name / LOCK_FILE).exists()  # released
+
+
+def test_a_lock_left_by_a_dead_driver_is_broken_and_a_live_one_is_not(tmp_path):
+    folder = tmp_path / "sweep"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = {"host": socket.gethostname(), "pid": gone.pid, "process_start": "1", "since": time.time() - 60}
+    folder.mkdir()
+    (folder / LOCK_FILE).write_text(json.dumps(stale))
+    with SweepLock(folder):  # the holder is dead: its lock is stale
+        assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
+        with pytest.raises(ValueError, match=f"already being run by pid {os.getpid()} on host"):
+            SweepLock(folder).acquire()
+    assert not (folder / LOCK_FILE).exists()
+
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        from loopscale.search.sweep_lock import process_start
+
+        for holder in ({"host": socket.gethostname(), "pid": live.pid, "process_start": process_start(live.pid)},
+                       {"host": "another-machine", "pid": 1, "process_start": ""}):
+            (folder / LOCK_FILE).write_text(json.dumps({**holder, "since": time.time()}))
+            with pytest.raises(ValueError, match="remove the lock"):
+                SweepLock(folder).acquire()
+        # the same pid now running another program (a recycled pid) is not the driver
+        (folder / LOCK_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": live.pid,
+                                                    "process_start": "1", "since": time.time()}))
+        with SweepLock(folder):
+            pass
+    finally:
+        live.kill()
+        live.wait()
+
+
+# ---- 6. no hang ----------------------------------------------------------------------------------------------
+def loopscale(*argv: str, cwd: Path, timeout_s: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loopscale.search.cli", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
+
+
+def test_huge_budgets_are_planned_and_exported_without_hanging(tmp_path):
+    (tmp_path / "spec.toml").write_text(to_toml(base_spec(tmp_path, budgets=[1e40], recurrences=[1])))
+    plan = loopscale("plan", "spec.toml", cwd=tmp_path)
+    assert plan.returncode == 0 and "total: 3e+40 FLOPs" in plan.stdout  # 3 trials, plan.stderr[-2000:]
+    export = loopscale("export", "--law", "paper", "--budgets", "1e50", cwd=tmp_path)
+    assert export.returncode == 0 and export.stdout.count("\n1e+50,") == 4, export.stderr[-2000:]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket closes
+
+
+@pytest.mark.parametrize("where", ["spec", "env"])
+def test_an_unreachable_ray_address_is_one_line_in_seconds(tmp_path, where):
+    address = f"127.0.0.1:{closed_port()}"
+    (tmp_path / "spec.toml").write_text(to_toml(base_spec(tmp_path, **({"address": address} if where == "spec"
+                                                                        else {}))))
+    started = time.monotonic()
+    done = loopscale("search", "spec.toml", cwd=tmp_path, env={"RAY_ADDRESS": address} if where == "env" else {})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"Ray cluster at {address} is unreachable" in done.stderr
+    assert time.monotonic() - started < 60  # it hung > 150 s before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]  # nothing written
+
+
+# ---- 7. Ctrl-C while `loopscale ui` starts -----------------------------------------------------------------
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def group_alive(pgid: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_ctrl_c_while_the_ui_starts_leaves_no_server_and_no_traceback(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from test_spec import free_port
+
+    db = tmp_path / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()  # an MLflow store
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "loopscale.search.cli", "ui", "--tracking-uri", f"sqlite:///{db}",
+                           "--port", str(port)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    deadline = time.monotonic() + 120
+    while not (servers := children_of(ui.pid)):
+        assert time.monotonic() < deadline and ui.poll() is None, ui.communicate()
+        time.sleep(0.05)
+    (server,) = servers
+    assert str(db) not in Path(f"/proc/{server}/cmdline").read_bytes().decode()  # the store is in its environment
+    ui.send_signal(signal.SIGINT)  # MLflow's server needs ~10 s to answer: it is still starting
+    out, err = ui.communicate(timeout=60)
+    assert ui.returncode == 130 and "Traceback" not in out + err, err
+    assert "stopped before it started" in err and "MLflow UI:" not in out
+    assert not group_alive(server, wait_s=20)  # the server's whole process group is gone
+    with socket.socket() as sock, pytest.raises(OSError):
+        sock.settimeout(2)
+        sock.connect(("127.0.0.1", port))
