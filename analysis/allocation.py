@@ -158,7 +158,8 @@ def buildable(table: pd.DataFrame) -> pd.DataFrame:
     short = table.assign(tokens_per_param_built=table["tokens_built"] / table["N_built"])[list(BUILDABLE)]
     counts = ["r", "width_built", "heads_built", "N_built", "tokens_built"]
     if short[counts].notna().all().all():  # whole numbers read as such (51552, not 51552.0)
-        short = short.astype({c: "int64" for c in counts})
+        # those that fit: the tokens of a 1e50-FLOP budget do not (int64 ends at 9.2e18)
+        short = short.astype({c: "int64" for c in counts if short[c].map(abs).max() < 2**63})
     return short.rename(columns=BUILDABLE)
 
 

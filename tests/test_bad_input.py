@@ -352,4 +352,5 @@ def test_a_runs_table_with_overflowing_numbers_excludes_those_rows(workdir, caps
     assert main(["analyze", "--experiment", "runs.csv", "--out", "out", "--n-starts", "20",
                  "--n-bootstrap", "5"]) == 0
     captured = capsys.readouterr()
-    assert "5 invalid (budget_flops is above 1e+60)" in captured.out and captured.err == ""
+    assert "116 runs, 111 used, 5 excluded" in captured.out and "Traceback" not in captured.err
+    assert "budget_flops is above 1e+60" in "".join(p.read_text() for p in (workdir / "out").rglob("excluded*.csv"))
