@@ -48,15 +48,18 @@ def main() -> None:
                 rows[c]["wsd"].append(train(trial(cache, args.s, c, seed, wsd))["val_loss"])
                 rows[c]["paper"].append(train(trial(cache, args.s, c, seed, {"schedule": "paper"}))["val_loss"])
             print(f"seed {seed}: main run {main_run['val_loss']:.4f} nats at C={args.budget:.3g}, "
-                  f"FLOPs spent {main_run['flops_spent']:.3g} ({main_run['flops_spent'] / main_run['budget_flops'] - 1:+.1%} "
+                  f"FLOPs spent {main_run['flops_spent']:.3g} "
+                  f"({main_run['flops_spent'] / main_run['budget_flops'] - 1:+.1%} "
                   f"for the branches)")
     print(f"width {8 * args.s:g}, r 2, {args.seeds} seeds; losses in nats")
-    print(f"{'D_k budget':>11} {'branch':>8} {'|br-wsd|':>9} {'|br-paper|':>11} {'scatter (sd)':>13} {'verdict':>8}")
+    print(f"{'D_k budget':>11} {'branch':>8} {'paper':>8} {'|br-wsd|':>9} {'|br-paper|':>11} {'scatter (sd)':>13} "
+          f"{'verdict':>8}")
     for c, v in rows.items():
         branch, wsd_run, paper = (np.array(v[k]) for k in ("branch", "wsd", "paper"))
         scatter = paper.std(ddof=1) if len(paper) > 1 else float("nan")
         gap = np.abs(branch - paper).mean()
-        print(f"{c:>11.3g} {branch.mean():>8.4f} {np.abs(branch - wsd_run).mean():>9.5f} {gap:>11.4f} "
+        print(f"{c:>11.3g} {branch.mean():>8.4f} {paper.mean():>8.4f} {np.abs(branch - wsd_run).mean():>9.5f} "
+              f"{gap:>11.4f} "
               f"{scatter:>13.4f} {'within' if gap <= scatter else 'outside':>8}")
 
 
