@@ -10,7 +10,9 @@ one line saying how to resume, and exit code 130 or 143.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from loopscale.analysis.cli import register as add_analysis
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = _on_sigterm(_terminate)  # before a sweep installs its own: a SIGTERM while it starts up
     try:
         return args.func(args)
     except ValueError as exc:
@@ -179,6 +182,22 @@ def main(argv: list[str] | None = None) -> int:
     except SweepInterrupted as exc:  # SIGINT / SIGTERM: 130 / 143, as a shell reports a signal
         print(f"loopscale: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # a SIGINT before a sweep took over the signal (imports, spec, Ray's start)
+        print("loopscale: interrupted by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
+    finally:
+        _on_sigterm(previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SweepInterrupted(signum, "interrupted by SIGTERM")
+
+
+def _on_sigterm(handler: object) -> object:
+    """Install ``handler`` for SIGTERM (main thread only); the previous one."""
+    if threading.current_thread() is not threading.main_thread() or handler is None:
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":
