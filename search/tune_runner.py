@@ -773,7 +773,7 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
                                       verbose=1 if verbose else 0),
         )
     grid = _fit(tuner)
-    planned = {f"{stage}/{c.key}/{n}" for c in cells for n in range(1, c.n_trials + 1)}
+    planned = _planned_trials(spec, stage, cells, grid)
     if STOP.signum is not None:
         finished = sum(1 for result in grid if "status" in (result.metrics or {}))
         raise SweepInterrupted(STOP.signum, f"interrupted by {signal_name(STOP.signum)}: {finished} of "
@@ -855,6 +855,14 @@ def _error_log(result: Any) -> str:
             return f.read().decode()
     except (OSError, AttributeError):
         return f"Failure # 1\n{result.error}"
+
+
+def _planned_trials(spec: SweepSpec, stage: str, cells: list[Cell], grid: Any) -> set[str]:
+    """The trial keys the stage must have ended runs for: every cell's cap, except where the law sampler closes
+    a cell early once its optimum is located; then the trials it did propose (all of which Tune started)."""
+    if spec.sampler == "law" and stage == "search":
+        return {result.config["meta"]["trial_key"] for result in grid if result.config}
+    return {f"{stage}/{c.key}/{n}" for c in cells for n in range(1, c.n_trials + 1)}
 
 
 def _saved_studies(path: str) -> dict[str, optuna.Study]:

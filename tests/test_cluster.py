@@ -84,5 +84,5 @@ def test_a_sweep_spreads_over_two_worker_nodes_and_logs_to_a_postgres_backed_ser
         assert count_rows(database, "SELECT count(*) FROM runs") == 9
         assert count_rows(database, "SELECT count(*) FROM tags WHERE key = 'node'") == 8
         (parent,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
-        assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["spec.toml"]
+        assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["flops_spent.json", "spec.toml"]
     assert not (tmp_path / "mlflow.db").exists()

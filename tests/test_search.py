@@ -161,10 +161,10 @@ def test_failing_trials_are_retried_logged_and_do_not_stop_the_sweep(tmp_path):
 @pytest.mark.slow
 def test_tiny_real_training_sweep(tmp_path):
     # calibration of the LM head's rate on a 2-point grid: a sane rate and an absurd one that diverges; the sane
-    # one is transferred to the search trials
+    # one is transferred to the search trials (ref_batch = the batch: the rates act as written, no batch transfer)
     spec = SweepSpec.from_toml(write_spec(
         tmp_path, objective="train", budgets=[4e9], recurrences=[2], trials_per_cell=2, sampler="grid",
-        val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2}, widths={"s_min": 1, "s_max": 3},
+        val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2, "ref_batch": 512}, widths={"s_min": 1, "s_max": 3},
         calibrate={"budget": 4e9, "s": 2, "r": 2, "trials": 2, "low": 0.004, "high": 1e4, "param": "head_lr"}))
     outcome = run_search(spec)
     runs = trial_runs(spec)
@@ -198,5 +198,6 @@ def test_a_remote_tracking_server_gets_the_same_layout(tmp_path):
         assert len(runs) == spec.planned_trials() == 4
         assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
         parent = sweep_run(spec)
-        assert [a.path for a in MlflowClient(url).list_artifacts(parent.info.run_id)] == ["spec.toml"]
+        artifacts = [a.path for a in MlflowClient(url).list_artifacts(parent.info.run_id)]
+        assert artifacts == ["flops_spent.json", "spec.toml"]
     assert not (tmp_path / "mlflow.db").exists()  # nothing went to a local store
