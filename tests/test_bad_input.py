@@ -27,7 +27,6 @@ import pytest
 from loopscale.search.cli import main
 from test_spec import base_spec, free_port, to_toml
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -297,7 +296,7 @@ def test_analysis_refuses_a_tracking_server_that_does_not_answer(workdir, capsys
 
 # ---- the console entry point -------------------------------------------------------------------------------
 def test_console_exit_code_is_2_with_one_line_and_no_traceback(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)  # the installed loopscale, as a user runs it
     spec = spec_file(tmp_path, recurrences=[1, 3])
     garbage = garbage_db(tmp_path)
     before = snapshot(tmp_path)

@@ -20,7 +20,6 @@ from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
 from loopscale.objectives.train import trial_data
 from loopscale.objectives.trial import model_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = 128
 VAL_TOKENS = 8192
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=16, head_dim=16, seq_len=T, vocab_size=256)
@@ -38,12 +37,11 @@ def kjv(cache_dir):
 
 def test_embedded_corpus_builds_offline(tmp_path):
     """A fresh process with every Hugging Face offline switch set builds the default cache (no network)."""
-    script = ("import sys; from objectives import prepare_data, open_packed; "
+    script = ("import sys; from loopscale.objectives import prepare_data, open_packed; "
               "fp = prepare_data({}, 64, sys.argv[1], 1024); p = open_packed(sys.argv[1], fp); "
               "print(fp, len(p.train), len(p.val))")
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache")], env=env, cwd=ROOT,
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache")], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     fingerprint, n_train, n_val = out.stdout.split()

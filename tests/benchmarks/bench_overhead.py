@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import ray  # noqa: E402
@@ -91,7 +90,7 @@ def main() -> None:
 
     started = time.perf_counter()
     replay = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", "paper", "--objective", "simulate"],
-                            cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+                            cwd=tmp, capture_output=True, text=True)
     replay_s = time.perf_counter() - started
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the end")
