@@ -57,7 +57,10 @@ def flops_text(spent: float, reference: float | None) -> str:
 
 def flops_spent(runs: pd.DataFrame) -> dict[str, Any]:
     """What a runs table spent: ``total`` (every run that reports it, calibration included), ``per_cell``
-    (cell key -> FLOPs of its search runs) and ``paper_grid`` (the grid's figure when comparable, else None)."""
+    (cell key -> FLOPs of its search runs) and ``paper_grid`` (the grid's figure when comparable, else None).
+    A warmdown branch's row spent nothing of its own: its warmdown is in its trial's ``flops_spent``."""
+    if "branch_of" in runs:
+        runs = runs[runs["branch_of"] == ""]
     spent = runs.assign(flops_spent=pd.to_numeric(runs.get("flops_spent"), errors="coerce").fillna(0.0))
     search = spent[spent["stage"] == "search"] if "stage" in spent else spent
     per_cell = {f"C={b:.3g},r={int(r)}": float(f) for (b, r), f in

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from loopscale.analysis.flops import flops_spent
 from loopscale.analysis.runs import validate_runs
 from loopscale.model import flops_per_token, tokens_for_budget
 from loopscale.objectives import train, validate_recipe
@@ -57,6 +58,8 @@ def test_each_branch_is_a_row_of_the_runs_table(branched):
     assert list(runs["tokens"]) == [branched["tokens"], branched["branch0.tokens"], branched["branch1.tokens"]]
     assert (runs["status"] == "ok").all() and runs["N_once"].nunique() == 1
     assert not any(c.startswith("branch0.") for c in runs.columns)
+    # what the analysis says was spent is the trial's own figure (its branches' warmdowns included), once
+    assert flops_spent(runs)["total"] == branched["flops_spent"]
 
 
 def test_branches_need_the_wsd_schedule():
