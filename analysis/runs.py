@@ -5,7 +5,10 @@ flops_per_token, tokens, flops_spent, val_loss, status (+ lr, seed, objective, r
 the trial's ``template.*`` keys where recorded). A trial with warmdown branches (objectives/train.py) records
 ``branch<i>.*`` values; each branch becomes a row of its own (``expand_branches``), with the trial's sizes,
 the branch's budget, tokens, FLOPs and loss, run_id ``<trial run_id>/branch<i>`` and ``branch_of`` = the
-trial's run_id. Rows whose status is not "ok" (failed, diverged, or "invalid":
+trial's run_id. A branch that repeats a run already in the table (same stage, r, width, tokens, rate, seed and
+batch: with common random numbers a branch IS the run trained for its tokens outright, bit for bit up to float
+noise) becomes status "repeat", so that the same point never enters a fit twice (``mark_repeated_branches``).
+Rows whose status is not "ok" (failed, diverged, or "invalid":
 marked ok but with a missing or impossible number) stay in the table with their reason; ``usable_runs`` and
 ``exclusions`` separate them so every report can count them.
 """
@@ -98,6 +101,7 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
                    "branch_of"):
         runs[column] = runs[column].map(lambda v: "" if pd.isna(v) else str(v))
     runs["status"] = runs["status"].str.strip().str.lower().replace("", "ok")
+    runs = mark_repeated_branches(runs)
     named = runs["run_id"][runs["run_id"] != ""]
     repeated = named[named.duplicated()]
     if not repeated.empty:  # the same run twice would enter the fit twice
@@ -144,6 +148,35 @@ def expand_branches(runs: pd.DataFrame) -> pd.DataFrame:
             branch["steps"] = runs.loc[has, prefix + "steps"]
         pieces.append(branch)
     return pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else trials
+
+
+REPEAT_KEY = ("sweep", "stage", "r", "width", "tokens", "lr", "seed", "batch_tokens")
+
+
+def mark_repeated_branches(runs: pd.DataFrame) -> pd.DataFrame:
+    """Branch rows that repeat an ok run of the same ``REPEAT_KEY`` get status "repeat": the run kept is the
+    trial itself when one was trained for those tokens, else the first such branch.
+
+    A warmdown branch follows the rates and batches of the run trained outright for its tokens
+    (objectives/train.py), so with the sweep's shared init and data seeds it is that run; counting both
+    would weigh one measurement twice in the fit and narrow its intervals for nothing. The rate is part of
+    the key: under MuonH's data rule the outright run's rate differs from its parent trial's, and then the
+    branch is a point of its own.
+    """
+    ok = runs["status"] == "ok"
+    key = pd.Series(list(zip(*(runs[c].map(str) for c in REPEAT_KEY))), index=runs.index)
+    is_branch = runs["branch_of"] != ""
+    order = np.lexsort((runs.index.to_numpy(), is_branch.to_numpy()))  # trials first, then branches in order
+    seen: set[tuple[str, ...]] = set()
+    runs = runs.copy()
+    for i in runs.index[order]:
+        if not ok[i]:
+            continue
+        if key[i] in seen and is_branch[i]:
+            runs.loc[i, "status"] = "repeat"
+            runs.loc[i, "reason"] = "a warmdown branch repeating a run of the table (the same width, tokens and seeds)"
+        seen.add(key[i])
+    return runs
 
 
 def _row_problems(runs: pd.DataFrame) -> pd.Series:

@@ -41,8 +41,12 @@ def test_branch_points_have_the_accountings_tokens_and_flops(branched, cache_dir
     assert branched["status"] == "ok"
 
 
-def test_a_branch_is_the_run_trained_for_its_tokens_outright(branched, cache_dir):
-    outright = train(trial(cache_dir, 2, 2, BRANCHES[1], WSD))
+@pytest.fixture(scope="module")
+def outright(cache_dir):
+    return train(trial(cache_dir, 2, 2, BRANCHES[1], WSD))
+
+
+def test_a_branch_is_the_run_trained_for_its_tokens_outright(branched, outright):
     assert outright["tokens"] == branched["branch1.tokens"]
     assert branched["branch1.val_loss"] == pytest.approx(outright["val_loss"], abs=1e-4)
     # and the main run, restored after each branch, ends lower than its branches
@@ -60,6 +64,18 @@ def test_each_branch_is_a_row_of_the_runs_table(branched):
     assert not any(c.startswith("branch0.") for c in runs.columns)
     # what the analysis says was spent is the trial's own figure (its branches' warmdowns included), once
     assert flops_spent(runs)["total"] == branched["flops_spent"]
+
+
+def test_a_branch_repeating_a_trained_run_enters_the_fit_once(branched, outright):
+    rows = [{"run_id": run_id, "stage": "search", **{k: v for k, v in m.items() if k != "reason"}}
+            for run_id, m in (("t1", branched), ("t1b", branched), ("t2", outright))]
+    runs = validate_runs(pd.DataFrame(rows))
+    status = dict(zip(runs["run_id"], runs["status"]))
+    # t2 was trained for branch1's tokens: that branch of t1 and of its twin t1b repeat it; t1b's branch0
+    # repeats t1's; t1b itself is a trial, never marked (two trials are two measurements)
+    assert status == {"t1": "ok", "t1b": "ok", "t2": "ok", "t1/branch0": "ok", "t1/branch1": "repeat",
+                      "t1b/branch0": "repeat", "t1b/branch1": "repeat"}
+    assert runs.loc[runs["status"] == "repeat", "reason"].str.contains("repeating a run").all()
 
 
 def test_branches_need_the_wsd_schedule():
