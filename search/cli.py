@@ -5,6 +5,10 @@ Every subcommand is one ``add_<name>(subparsers)`` function that registers its p
 ``loopscale: error: ...``, and exit code 2, raised before Ray starts or anything is written. A failing
 store or disk, or a sweep left incomplete, is one line and exit code 1; a sweep stopped by SIGINT or SIGTERM
 one line saying how to resume, and exit code 130 or 143.
+
+A signal at any moment of a command is that one line and exit code, not a traceback: this module imports
+nothing slow at its top, so ``main`` holds SIGTERM (SIGINT is Python's KeyboardInterrupt) before torch, MLflow
+or Ray are imported (seconds), and the subcommands import what they need when they run.
 """
 
 from __future__ import annotations
@@ -12,17 +16,23 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
 from collections.abc import Callable
 
-from loopscale.analysis.cli import register as add_analysis
-from loopscale.analysis.store import resolve_tracking_uri
-
-from .spec import OBJECTIVES, PRESET_NAMES, SweepSpec
-from .stopping import SweepInterrupted
+from .stopping import SweepInterrupted, raise_if_interrupted, restore_signals, take_signals
 
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db)"
-SPEC_HELP = f"a sweep spec TOML file, or a preset: {', '.join(PRESET_NAMES)}"
+
+
+def _spec_argument(p: argparse.ArgumentParser) -> None:
+    from .spec import PRESET_NAMES
+
+    p.add_argument("spec", help=f"a sweep spec TOML file, or a preset: {', '.join(PRESET_NAMES)}")
+
+
+def _objective_argument(p: argparse.ArgumentParser, help: str) -> None:
+    from .spec import OBJECTIVES
+
+    p.add_argument("--objective", choices=OBJECTIVES, help=help)
 
 
 def add_plan(subparsers: argparse._SubParsersAction) -> None:
@@ -30,8 +40,8 @@ def add_plan(subparsers: argparse._SubParsersAction) -> None:
         "plan", help="show a sweep's cells, widths, tokens, FLOPs and estimated wall time (no training)",
         description="Show each (budget, r) cell's feasible widths with N_once, N_rec, D and tokens per parameter, "
                     "the total FLOPs, and a wall-time estimate from a throughput measured here in a few seconds.")
-    p.add_argument("spec", help=SPEC_HELP)
-    p.add_argument("--objective", choices=OBJECTIVES, help="override the spec's objective (simulate: no training)")
+    _spec_argument(p)
+    _objective_argument(p, "override the spec's objective (simulate: no training)")
     _set_argument(p)
     p.set_defaults(func=_plan)
 
@@ -46,6 +56,7 @@ def _set_argument(p: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from .plan import measure_throughput, render_plan
+    from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
     trains = spec.objective == "train" or spec.calibrate is not None
@@ -60,12 +71,14 @@ def add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
                     "with Hugging Face tokenizers and cache it beside the packed data, fingerprinted by the data "
                     "source and the training settings; `loopscale search` does the same on its own. For a "
                     "tokenizer file or hub id, load it and show its vocabulary.")
-    p.add_argument("spec", help=SPEC_HELP)
+    _spec_argument(p)
     p.set_defaults(func=_tokenizer)
 
 
 def _tokenizer(args: argparse.Namespace) -> int:
     from loopscale import objectives
+
+    from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec)
     if spec.objective == "simulate" and spec.calibrate is None:
@@ -89,13 +102,12 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
         description="Locate the compute-optimal width of every (FLOP budget, r) cell of the spec: an optional "
                     "learning-rate calibration, then one Optuna study per cell, all cells side by side in one "
                     "Ray Tune run; every trial is logged to MLflow (experiment = sweep name).")
-    p.add_argument("spec", help=SPEC_HELP)
+    _spec_argument(p)
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted sweep: finished trials are kept, the rest run (a finished sweep "
                         "is a no-op)")
-    p.add_argument("--objective", choices=OBJECTIVES,
-                   help="override the spec's objective; simulate replays the sweep with the scaling law (and "
-                        "skips calibration)")
+    _objective_argument(p, "override the spec's objective; simulate replays the sweep with the scaling law (and "
+                           "skips calibration)")
     p.add_argument("--address", help="an existing Ray cluster to run on (default: RAY_ADDRESS, else local Ray)")
     p.add_argument("--tracking-uri", help="MLflow store: sqlite:///path/mlflow.db or http(s)://server "
                                           "(default: the spec's, else $MLFLOW_TRACKING_URI, else "
@@ -106,6 +118,8 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from .spec import SweepSpec
+
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective, address=args.address,
                                tracking_uri=args.tracking_uri)
     from .tune_runner import run_search  # imports Ray (~2 s): only once the spec is known to be good
@@ -129,6 +143,8 @@ def add_ui(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
+    from loopscale.analysis.store import resolve_tracking_uri
+
     from .ui import serve
 
     return serve(resolve_tracking_uri(args.tracking_uri), args.host, args.port, args.experiment)
@@ -152,26 +168,26 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.tracking_uri, args.verbose)
 
 
-# analyze, export and compare come from the analysis package
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_tokenizer, add_search, add_analysis,
-                                                                   add_ui, add_demo]
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from loopscale.analysis.cli import register as add_analysis  # analyze, export and compare
+
+    subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_tokenizer, add_search,
+                                                                       add_analysis, add_ui, add_demo]
     parser = argparse.ArgumentParser(
         prog="loopscale",
         description="Find compute-optimal looped language models: sweep (FLOP budget, recurrences) cells with "
                     "Ray Tune + Optuna, log every trial to MLflow, and fit how much one recurrence is worth.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in SUBCOMMANDS:
+    for add in subcommands:
         add(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    previous = _on_sigterm(_terminate)  # before a sweep installs its own: a SIGTERM while it starts up
+    previous = take_signals()  # first: a signal while the parser's imports load, or a sweep starts up
     try:
+        args = build_parser().parse_args(argv)
+        raise_if_interrupted()  # one that an import's compile swallowed
         return args.func(args)
     except ValueError as exc:
         print(f"loopscale: error: {exc}", file=sys.stderr)
@@ -182,22 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     except SweepInterrupted as exc:  # SIGINT / SIGTERM: 130 / 143, as a shell reports a signal
         print(f"loopscale: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # a SIGINT before a sweep took over the signal (imports, spec, Ray's start)
+    except KeyboardInterrupt:  # a SIGINT before a sweep took over the signal (imports, spec)
         print("loopscale: interrupted by SIGINT", file=sys.stderr)
         return 128 + signal.SIGINT
     finally:
-        _on_sigterm(previous)
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise SweepInterrupted(signum, "interrupted by SIGTERM")
-
-
-def _on_sigterm(handler: object) -> object:
-    """Install ``handler`` for SIGTERM (main thread only); the previous one."""
-    if threading.current_thread() is not threading.main_thread() or handler is None:
-        return None
-    return signal.signal(signal.SIGTERM, handler)
+        restore_signals(previous)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,41 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
+_received: list[int] = []  # signals ``interrupt`` handled, in order (see there)
+
+
+def take_signals() -> dict[int, Any]:
+    """Install ``interrupt`` for SIGINT and SIGTERM (main thread only); the previous handlers, for
+    ``restore_signals``. The first thing ``loopscale`` does, before it imports anything slow."""
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, interrupt) for s in SIGNALS}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
+def interrupt(signum: int, frame: Any) -> None:
+    """SIGINT or SIGTERM before a sweep takes them over (imports, the spec, another subcommand): out at once,
+    as KeyboardInterrupt for SIGINT (what ``loopscale ui`` waits for) and ``SweepInterrupted`` for SIGTERM.
+    The signal is noted too, as CPython 3.11's ``compile`` drops an exception that a handler raises while it
+    runs: an import that compiles a module without a current .pyc loses it (half of such signals, measured),
+    so ``raise_if_interrupted`` raises it again after the imports."""
+    _received.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SweepInterrupted(signum, f"interrupted by {signal_name(signum)}")
+
+
+def raise_if_interrupted() -> None:
+    """``SweepInterrupted`` for the first signal ``interrupt`` handled since ``take_signals``, if any."""
+    if _received:
+        raise SweepInterrupted(_received[0], f"interrupted by {signal_name(_received[0])}")
+
+
 class StopRequest:
     """Set from a signal handler or the tracking callback; read by the driver between and inside Tune runs.
 
@@ -69,10 +104,10 @@ class StopRequest:
             raise SweepAborted(signum, f"aborted by a second {signal_name(signum)}; trials that were running "
                                        "start again on --resume")
         self.signum = signum
+        if not self.in_tune:  # nothing to wait for: the command's one line says it
+            raise SweepInterrupted(signum, f"interrupted by {signal_name(signum)}")
         print(f"loopscale: {signal_name(signum)} received: stopping the sweep cleanly (finished trials are "
               "logged; send it again to abort)", file=sys.stderr, flush=True)
-        if not self.in_tune:
-            raise SweepInterrupted(signum, f"interrupted by {signal_name(signum)}")
 
     @contextmanager
     def handling_signals(self) -> Iterator[None]:

@@ -39,6 +39,11 @@ from typing import Any
 
 import optuna
 import pyarrow.fs
+
+# Read when Ray is imported: without it, the driver's Ray core installs a C++ crash handler that turns a SIGTERM
+# (while ray.init connects, before the sweep takes the signal back) into a stack dump and an abort (_start_ray).
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+
 import ray
 from ray import tune
 from ray.tune import Callback
@@ -56,7 +61,7 @@ from .law_sampler import CellGeometry, LawSampler, LawSurrogate
 from .preflight import check_free_space, check_ray_address, low_space, ray_address
 from .progress import Progress
 from .spec import Cell, SweepSpec
-from .stopping import StopRequest, StoreFailure, SweepInterrupted, signal_name
+from .stopping import StopRequest, StoreFailure, SweepInterrupted, raise_if_interrupted, signal_name
 from .sweep_lock import SweepLock
 from .tracking import (TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep,
                        store_errors)
@@ -634,11 +639,21 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
     ``--resume``.
     """
     global STOP
+    raise_if_interrupted()  # a signal that the imports of this module swallowed (stopping.interrupt)
     check_ray_address(ray_address(spec.address))
     STOP = StopRequest()
     local = "://" not in spec.storage
     with SweepLock(Path(spec.storage) / spec.name) if local else contextlib.nullcontext(), STOP.handling_signals():
-        return _drive(spec, resume, verbose)
+        try:
+            return _drive(spec, resume, verbose)
+        except SweepInterrupted as exc:  # before a stage ran: resumable once the sweep's state is written
+            if "--resume" in str(exc) or SweepState(spec.storage, spec.name).load() is None:
+                raise
+            raise type(exc)(exc.signum, f"{exc}; resume with: {resume_command(spec)}") from None
+
+
+def resume_command(spec: SweepSpec) -> str:
+    return f"loopscale search {spec.source or spec.name} --resume"
 
 
 def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
@@ -663,7 +678,6 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
     user_period = os.environ.get(SNAPSHOT_ENV)
     fingerprint = _prepare_data(spec)
     started_ray = _start_ray(spec, verbose)
-    STOP.install()  # ray.init put its own SIGTERM handler in place
     try:
         _check_trials_fit(spec, can_grow=not started_ray or bool(spec.address or os.environ.get("RAY_ADDRESS")))
         fresh = saved is None
@@ -777,11 +791,11 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
     if STOP.signum is not None:
         finished = sum(1 for result in grid if "status" in (result.metrics or {}))
         raise SweepInterrupted(STOP.signum, f"interrupted by {signal_name(STOP.signum)}: {finished} of "
-                                            f"{len(planned)} {stage} trials finished; resume with: loopscale search "
-                                            f"{spec.source or spec.name} --resume (and the same options)")
+                                            f"{len(planned)} {stage} trials finished; resume with: "
+                                            f"{resume_command(spec)} (and the same options)")
     if STOP.failure:
         raise StoreFailure(f"{STOP.failure}; the sweep stopped and keeps every finished trial: fix it, then run "
-                           f"loopscale search {spec.source or spec.name} --resume")
+                           f"{resume_command(spec)}")
     outcome = StageOutcome(stage, studies=_saved_studies(path))
     with store_errors(spec.tracking_uri):
         reconcile = tracker()
@@ -791,8 +805,8 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
         missing = sorted(planned - reconcile.logged())
     if missing:
         raise RuntimeError(f"{len(missing)} of {len(planned)} planned {stage} trials have no ended run in MLflow "
-                           f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); run loopscale "
-                           f"search {spec.source or spec.name} --resume")
+                           f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); run "
+                           f"{resume_command(spec)}")
     for result in grid:
         metrics = {k: v for k, v in (result.metrics or {}).items() if k in METRIC_KEYS}
         if result.error is not None:
@@ -883,11 +897,29 @@ def _prepare_data(spec: SweepSpec) -> str:
 
 
 def _start_ray(spec: SweepSpec, verbose: bool) -> bool:
-    """Connect to ``spec.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up."""
+    """Connect to ``spec.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up.
+
+    A signal while Ray starts (5-12 s here) stops the sweep like any other (``STOP``), although ``ray.init``
+    takes SIGTERM over: at its start it installs ``sys.exit(15)`` as the handler (turned back into
+    ``SweepInterrupted`` here), and once connected the driver's Ray core would install a C++ crash handler that
+    dumps a stack and may abort on SIGTERM, unless ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` was set when Ray was
+    imported (it is, at the top of this module; the processes of a Ray started here then go without those C++
+    stack dumps too). Whatever ``ray.init`` started before a signal is shut down; afterwards ``STOP`` holds
+    both signals again."""
     if ray.is_initialized():
         return False
-    ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
-             logging_level="INFO" if verbose else "ERROR")
+    try:
+        ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
+                 logging_level="INFO" if verbose else "ERROR")
+    except SystemExit as exc:  # Ray's own SIGTERM handler
+        ray.shutdown()
+        if exc.code != signal.SIGTERM:
+            raise
+        raise SweepInterrupted(signal.SIGTERM, "interrupted by SIGTERM") from None
+    except BaseException:  # SweepInterrupted from STOP's SIGINT handler, or Ray failing to start
+        ray.shutdown()
+        raise
+    STOP.install()
     return True
 
 

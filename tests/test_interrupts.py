@@ -26,6 +26,7 @@ import pytest
 from loopscale.search import SweepSpec
 from loopscale.search.sweep_lock import LOCK_FILE, SweepLock
 from test_kill_resume import Driver, journal, journal_identity, ray_dir, trial_runs  # noqa: F401 (a fixture)
+from test_resume import processes_using
 from test_spec import base_spec, to_toml
 
 MIB = 2**20
@@ -105,6 +106,81 @@ def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once(tmp_p
 
     held = stopped_cleanly(spec, code, out, 128 + signum, f"interrupted by {signal.Signals(signum).name}", "--resume")
     assert 3 <= len(held) < len(planned(spec))
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+
+
+# ---- 1b. a signal in the first seconds: imports, the spec, Ray's start --------------------------------------
+CONSOLE = Path(sys.executable).parent / "loopscale"  # the console entry point, as a user runs it
+
+
+def caught_signals(pid: int) -> int:
+    """The mask of signals process ``pid`` has handlers for (``SigCgt`` in /proc; 0 once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), 16)
+
+
+def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
+    """``loopscale search spec.toml`` through the console script, once loopscale's code holds SIGTERM (before
+    that the interpreter itself starts: ~30-50 ms of site imports that run no loopscale code); the seconds
+    that took."""
+    command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
+    started = time.monotonic()
+    process = subprocess.Popen([*command, "search", "spec.toml"], cwd=folder, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_TMPDIR": ray_dir})
+    while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
+        assert process.poll() is None and time.monotonic() - started < 60, process.communicate()
+        time.sleep(0.001)
+    return process, time.monotonic() - started
+
+
+def stopped_in_one_line(process: subprocess.Popen, signum: int, folder: Path, ray_dir: str) -> str:
+    """The command's exit code 128 + signum, one line on stderr and no traceback; nothing written unless the
+    line says to --resume; no process left of a Ray it was starting. The line."""
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, (err, out[-2000:])
+    assert err.startswith(f"loopscale: interrupted by {signal.Signals(signum).name}") and err.count("\n") == 1, err
+    assert "Traceback" not in out + err, out[-2000:]
+    if "--resume" not in err:
+        assert sorted(p.name for p in folder.iterdir()) == ["spec.toml"]  # no store, no Tune state, no lock
+    deadline = time.monotonic() + 20
+    while (left := processes_using(ray_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left  # a Ray that was starting is shut down
+    return err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_imports_is_one_line_and_its_exit_code(tmp_path, ray_dir, signum):
+    """torch, MLflow and Ray take seconds to import; a signal then was a KeyboardInterrupt traceback (SIGINT)
+    or a silent death (SIGTERM)."""
+    small_sweep(tmp_path / "sweep")
+    for after_s in (0.0, 0.05, 0.3, 1.0):
+        process, _ = launched(tmp_path / "sweep", ray_dir)
+        time.sleep(after_s)
+        process.send_signal(signum)
+        assert "--resume" not in stopped_in_one_line(process, signum, tmp_path / "sweep", ray_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_signals_while_ray_starts_and_once_the_sweep_runs_leave_it_resumable(tmp_path, ray_dir):
+    """Ray's start (5-12 s here) replaces the SIGTERM handler with sys.exit(15), then a C++ one that aborts
+    (exit -6 and a stack dump); a signal there is still one line and 130/143. Then a signal once the banner is
+    out, and --resume completes the sweep with each trial once."""
+    spec = small_sweep(tmp_path / "sweep")
+    for signum, after_s in ((signal.SIGTERM, 3.0), (signal.SIGINT, 4.5), (signal.SIGTERM, 6.0)):
+        process, _ = launched(tmp_path / "sweep", ray_dir)
+        time.sleep(after_s)
+        process.send_signal(signum)
+        stopped_in_one_line(process, signum, tmp_path / "sweep", ray_dir)
+    driver = Driver(spec, ray_dir, resume=True)  # --resume: the state may be written already; else a fresh run
+    assert driver.wait_for("sweep ", 1), "".join(driver.output)
+    driver.process.send_signal(signal.SIGTERM)
+    code, out = run_to_end(driver, timeout_s=120)
+    held = stopped_cleanly(spec, code, out, 143, "interrupted by SIGTERM", "--resume")
     resume_and_check_each_trial_once(spec, ray_dir, held)
 
 
