@@ -15,7 +15,8 @@ log-loss is, for a trial at width s in cell (C, r)::
   width with standard deviation ``misspec`` (random Fourier features of a Gaussian process), i.e. a
   misspecification that moves each cell's true optimum a little away from the law's.
 
-Every draw is seeded (the per-trial z by (seed, C, r, width); the cell's offset and curve by (seed, C, r)),
+Every draw is seeded (the per-trial z by (seed, C, r, width) of the run; the cell's offset and curve by
+(seed, C, r) of the point: a warmdown branch at C_k < C shares its trial's z and has cell (C_k, r)'s offset),
 so the same trial always returns the same loss and a resumed sweep reproduces an uninterrupted one.
 Defaults are sized so that a replay of the paper's 116-run grid, fitted like the paper, gives R^2 of about
 0.997 and residuals of about 0.01 nats that are correlated within cells (tests/test_simulate_noise.py
@@ -41,8 +42,9 @@ class Noise:
     cell_noise: float = 0.005  # per-cell offset
     misspec: float = 0.004     # smooth deviation in log width, per cell
 
-    def deviation(self, *, seed: int, budget: float, r: int, width: int) -> float:
-        """The deviation (nats) of the trial at ``width`` in cell (budget, r) from the law's loss."""
+    def deviation(self, *, seed: int, budget: float, r: int, width: int, run_budget: float | None = None) -> float:
+        """The deviation (nats) of the point at ``width`` in cell (budget, r) from the law's loss, measured by
+        the run of budget ``run_budget`` (default ``budget``; a warmdown branch's run is its trial's)."""
         cell = _rng(f"{seed}|{budget:.6e}|{r}|cell")
         offset = cell.gauss(0.0, 1.0) * self.cell_noise
         x = math.log(width)
@@ -50,7 +52,8 @@ class Noise:
         for _ in range(FEATURES):
             period = math.exp(cell.uniform(math.log(PERIODS[0]), math.log(PERIODS[1])))
             wiggle += cell.gauss(0.0, 1.0) * math.cos(2 * math.pi * x / period + cell.uniform(0.0, 2 * math.pi))
-        z = _rng(f"{seed}|{budget:.6e}|{r}|{width}").gauss(0.0, 1.0)
+        run = budget if run_budget is None else run_budget
+        z = _rng(f"{seed}|{run:.6e}|{r}|{width}").gauss(0.0, 1.0)
         return offset + self.misspec * math.sqrt(2.0 / FEATURES) * wiggle + self.noise * z
 
     def observe(self, clean: float, **trial: float) -> float:

@@ -15,9 +15,9 @@ Trial config keys beyond ``objectives.trial`` (defaults in brackets)::
     seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
                          which every trial of a sweep shares
 
-Warmdown branches (the paper's script has them; PAPER.md): with ``recipe.schedule = "wsd"`` and
-``recipe.branch_budgets``, a trial of budget C also records the loss at D_k = ``tokens_for_budget`` (C_k) for
-every C_k < C. At step f_k = ``warmdown_start`` (D_k's steps), still in the trial's constant phase, it saves the
+Warmdown branches (the paper's script has them; PAPER.md; objectives/branches.py): with ``recipe.schedule =
+"wsd"``, a trial of budget C also records the loss at D_k = ``tokens_for_budget`` (C_k) for every C_k < C of
+``branches.branch_budgets`` (the recipe's list and the trial's own). At step f_k = ``warmdown_start`` (D_k's steps), still in the trial's constant phase, it saves the
 model and optimizer states, trains steps f_k .. S_k - 1 on the same batches with the rates a wsd run of S_k
 steps would use (a linear warmdown), evaluates, and restores the saved states. Up to float noise, the branch
 is the run trained for D_k outright (same init, same data order, same rates), for the price of its warmdown
@@ -53,8 +53,9 @@ from loopscale.model import LoopedConfig, LoopedLM, runtime
 
 from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
-from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr, warmdown_start
-from .trial import accounting_metrics, branch_key, model_config
+from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
+from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
+from .trial import accounting_metrics, model_config
 
 DEFAULT_VAL_TOKENS = 65_536
 
@@ -107,7 +108,8 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
                                           cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial_config))
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
-    branches = branch_plan(recipe, config, float(trial_config["budget_flops"]), plan["steps"], batch_tokens)
+    branches = branch_plan(branch_budgets(trial_config), recipe["warmdown_frac"], config,
+                           float(trial_config["budget_flops"]), plan["steps"], batch_tokens)
 
     train_started = time.perf_counter()
     outcome = loop.run(plan["steps"], batch_tokens, report, branches=branches, raw_model=model)
@@ -115,8 +117,7 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
 
     steps_done = outcome["steps"]
     tokens = steps_done * batch_tokens
-    branch_steps = sum(b["steps"] - b["fork"] for b in outcome["branches"])
-    flops_spent = float(plan["flops_per_token"] * (tokens + branch_steps * batch_tokens))
+    flops_spent = trial_flops(plan["flops_per_token"], tokens, outcome["branches"], batch_tokens)
     reason = outcome["reason"]
     val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows, group)
     if not reason and not math.isfinite(val_loss):
@@ -143,33 +144,6 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
 def compile_cache_dir(trial_config: dict[str, Any]) -> str:
     """Where a trial's compiled graphs are cached: under the sweep's shared cache_dir, so trials share them."""
     return str(Path(trial_config.get("cache_dir") or default_cache_dir()) / "inductor")
-
-
-def branch_plan(recipe: dict[str, Any], config: LoopedConfig, budget: float, steps: int,
-                batch_tokens: int) -> list[dict[str, Any]]:
-    """The trial's warmdown branches: per budget C_k < ``budget`` of ``recipe.branch_budgets``, its steps S_k
-    (from ``model``'s accounting) and fork step f_k = warmdown_start(S_k). A branch that would fork after
-    the trial's own warmdown has begun, or buys no step, is left out."""
-    out = []
-    last_fork = warmdown_start(recipe, steps)
-    for c_k in recipe["branch_budgets"]:
-        steps_k = accounting_metrics(config, c_k, batch_tokens)["steps"] if c_k < budget else 0
-        fork = warmdown_start(recipe, steps_k)
-        if 0 < steps_k < steps and fork <= last_fork:
-            out.append({"budget_flops": c_k, "steps": steps_k, "fork": fork})
-    return out
-
-
-def branch_metrics(done: list[dict[str, Any]], flops_per_token: int, batch_tokens: int) -> dict[str, float]:
-    """The flat ``branch<i>.*`` metrics of the branches a trial ran (objectives.trial.BRANCH_KEYS)."""
-    out: dict[str, float] = {}
-    for i, b in enumerate(done):
-        tokens = b["steps"] * batch_tokens
-        values = {"budget_flops": b["budget_flops"], "tokens": tokens, "steps": b["steps"],
-                  "flops_spent": float(flops_per_token * tokens), "val_loss": b["val_loss"],
-                  "cost_flops": float(flops_per_token * (b["steps"] - b["fork"]) * batch_tokens)}
-        out.update({branch_key(i, k): v for k, v in values.items()})
-    return out
 
 
 class _TrainLoop:

@@ -25,6 +25,16 @@ interior minimum and the vertex is located within ``tolerance`` ("located"); whe
 the cell's widths and beats the width next to it ("edge": bound-limited); or when it has tried every width.
 ``trials_per_cell`` stays a cap.
 
+Warmdown branches (``branches = true``; objectives/branches.py): a trial of cell (C, r) at width w can also
+record its loss at a smaller budget C_k of its r for about a fifth of what a trial of C_k costs. The bracket of
+cell (C_k, r) lies about one width step below cell (C, r)'s (the optimal width grows with the budget), so the
+widths that bracket C's optimum are the ones C_k needs on its upper side. ``branches_for`` gives a trial the
+budgets C_k whose cell is still open and where w is untried and within ``BRANCH_REACH`` of that cell's best
+width (or predicted optimum); each branch point counts as a result of its cell. Order (``waits``): once a cell
+has its first trial, it waits while a larger cell of its r is open, so its brackets are filled by the larger
+cells' branches first and its own trials only fill what is left; a waiting cell still takes a free slot when
+no other cell can (no idle workers).
+
 Uncertainty: the Gauss-Newton covariance of the fitted parameters, s^2 (J^T J)^+ with J the Jacobian of the
 predicted log-loss and s^2 the residual variance; ``DRAWS`` seeded draws from it give a spread of each
 cell's predicted optimal width (their standard deviation in log width is ``sigma``). Before the first fit
@@ -57,6 +67,7 @@ RISE = 2.0              # a bracketing width should lose this many noise sds aga
 PRIOR_SIGMA = 0.25      # log width: the spread of the optimum before any fit (the first guess is a rule of thumb)
 MAX_SPACING = 0.4       # log width: a bracketing width is never placed farther than this from the best run
 NOISE_FLOOR = 1e-3      # nats: the fit's residual noise is never taken as smaller (a perfect fit of few runs)
+BRANCH_REACH = 0.5      # log width: a branch point is proposed within this of its cell's best (or predicted) width
 DRAWS = 64              # parameter draws for the spread of each cell's optimum
 REFIT_STARTS = 4        # random starts besides the previous optimum per refit
 COLD_STARTS = 32        # random starts of the first fit
@@ -97,9 +108,10 @@ class CellGeometry:
 class LawSurrogate:
     """The finished trials of every cell and the joint law fitted to them (see the module docstring)."""
 
-    def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float):
+    def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float, branches: bool = False):
         self.cells = {c.key: c for c in cells}
-        self.seed, self.tolerance = seed, tolerance
+        self.seed, self.tolerance, self.branches = seed, tolerance, branches
+        self.incoming: dict[str, dict[int, int]] = {c.key: {} for c in cells}  # cell -> heads -> branches running
         self.results: dict[str, dict[int, float]] = {c.key: {} for c in cells}  # cell -> heads -> loss
         self.failed: dict[str, set[int]] = {c.key: set() for c in cells}
         self.closed: dict[str, str] = {}  # cell -> why it stopped; final, though a later refit may move the noise
@@ -111,13 +123,62 @@ class LawSurrogate:
         self.predicted: dict[str, np.ndarray] = {}  # cell -> predicted loss at every width
 
     # ---- data -------------------------------------------------------------------------------------------
-    def add(self, key: str, heads: int, loss: float | None) -> None:
-        """A trial of cell ``key`` at ``heads`` finished with ``loss`` (None: failed or diverged); refit."""
-        if loss is None or not math.isfinite(loss):
-            self.failed[key].add(heads)
-            return
-        self.results[key][heads] = float(loss)
-        self._refit()
+    def add(self, key: str, heads: int, loss: float | None,
+            branches: tuple[tuple[str, int, float | None], ...] = ()) -> None:
+        """A trial of cell ``key`` at ``heads`` finished with ``loss`` (None: failed or diverged), and with its
+        warmdown ``branches`` as (cell, heads, loss), which it had announced (``expect``); refit once."""
+        for k, h, _ in branches:
+            self._arrived(k, h)
+        points = [(key, heads, loss), *branches]
+        fresh = False
+        for k, h, v in points:
+            if v is None or not math.isfinite(v):
+                if k == key:
+                    self.failed[k].add(h)
+            elif h not in self.results[k]:
+                self.results[k][h] = float(v)
+                fresh = True
+        if fresh:
+            self._refit()
+
+    def expect(self, key: str, heads: int) -> None:
+        """A running trial will bring a branch point of cell ``key`` at ``heads``."""
+        self.incoming[key][heads] = self.incoming[key].get(heads, 0) + 1
+
+    def _arrived(self, key: str, heads: int) -> None:
+        left = self.incoming[key].get(heads, 0) - 1
+        if left > 0:
+            self.incoming[key][heads] = left
+        else:
+            self.incoming[key].pop(heads, None)
+
+    def branches_for(self, key: str, heads: int, busy: dict[str, set[int]]) -> list[tuple[str, float]]:
+        """(cell, budget) of the smaller cells of the same r a trial of cell ``key`` at ``heads`` should branch
+        into: open, ``heads`` one of their widths, untried there (``busy``: widths their own trials hold) and
+        within ``BRANCH_REACH`` of their best width so far (or, before any, their predicted optimum)."""
+        if not self.branches:
+            return []
+        g = self.cells[key]
+        out = []
+        for k, other in self.cells.items():
+            if other.r != g.r or other.budget >= g.budget or heads not in other.heads or self.status(k) != "open":
+                continue
+            done = self.results[k]
+            if heads in done or heads in self.failed[k] or heads in busy.get(k, ()) or heads in self.incoming[k]:
+                continue
+            center = min(done, key=done.get) if done else self.guess(k)[0]
+            ls = dict(zip(other.heads, other.log_s))
+            if abs(ls[heads] - ls[center]) <= BRANCH_REACH + 1e-12:
+                out.append((k, other.budget))
+        return out
+
+    def waits(self, key: str) -> bool:
+        """Whether the cell should let others take a free slot first: it has had its first trial and a larger
+        cell of its r is still open (its branches may yet fill this cell's bracket)."""
+        if not self.branches or not (self.results[key] or self.failed[key]):
+            return False
+        g = self.cells[key]
+        return any(o.r == g.r and o.budget > g.budget and self.status(k) == "open" for k, o in self.cells.items())
 
     def _refit(self) -> None:
         rows = [(self.cells[k], h, v) for k, done in self.results.items() for h, v in done.items()]
@@ -173,6 +234,7 @@ class LawSurrogate:
         """The next width (heads) of cell ``key``, given the widths its running trials hold."""
         g = self.cells[key]
         done = self.results[key]
+        pending = pending | set(self.incoming[key])  # a branch point on its way is as good as a running trial
         taken = set(done) | self.failed[key] | pending
         free = [h for h in g.heads if h not in taken]
         if not free:
@@ -277,8 +339,8 @@ def _log_loss(theta: np.ndarray, r, n_once, n_rec, log_d) -> np.ndarray:
 
 
 class LawSampler(optuna.samplers.BaseSampler):
-    """The Optuna sampler of one cell: its ``heads`` come from the shared ``LawSurrogate``, and every trial it
-    sees finish is handed to the surrogate (``after_trial``), which refits the law across all cells."""
+    """The Optuna sampler of one cell: its ``heads`` come from the shared ``LawSurrogate``. The searcher hands
+    every finished trial (with its warmdown branches) to the surrogate, which refits the law across all cells."""
 
     def __init__(self, surrogate: LawSurrogate, key: str):
         self.surrogate, self.key = surrogate, key
@@ -295,9 +357,3 @@ class LawSampler(optuna.samplers.BaseSampler):
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         pending = {t.params["heads"] for t in running if t.number != trial.number and "heads" in t.params}
         return self.surrogate.propose(self.key, pending)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: list[float] | None) -> None:
-        if "heads" in trial.params:
-            self.surrogate.add(self.key, trial.params["heads"], values[0] if state == TrialState.COMPLETE else None)
-

@@ -99,11 +99,12 @@ def _lr_note(spec: SweepSpec) -> str:
 
 def trial_flops(spec: SweepSpec, budget: float) -> float:
     """What one trial of ``budget`` spends at most: its budget, plus the warmdowns of its branches (a share
-    ``warmdown_frac`` of each smaller branch budget; objectives/train.py)."""
-    if spec.objective != "train" or not spec.recipe:
-        return budget
-    recipe = objectives.normalize_recipe(spec.recipe)
-    return budget + recipe["warmdown_frac"] * sum(c for c in recipe["branch_budgets"] if c < budget)
+    ``warmdown_frac`` of each smaller branch budget; objectives/branches.py): the recipe's fixed ones, and with
+    ``branches = true`` any smaller budget of the sweep the law sampler may choose."""
+    recipe = objectives.normalize_recipe(spec.recipe if spec.objective == "train" else None)
+    fixed = recipe["branch_budgets"] if spec.objective == "train" else []
+    chosen = spec.budgets if spec.branches else []
+    return budget + recipe["warmdown_frac"] * sum(c for c in {*fixed, *chosen} if c < budget)
 
 
 def total_flops(spec: SweepSpec) -> float:
@@ -114,18 +115,26 @@ def total_flops(spec: SweepSpec) -> float:
 
 def flops_estimate(spec: SweepSpec) -> str:
     """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
-    optimum is located, between 3 widths per cell and the cap; next to the paper grid's figure when the cells
-    match it (analysis.flops)."""
-    cap = total_flops(spec)
+    optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
+    (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell and 1 in every other cell
+    (its first); next to the paper grid's figure when the cells match it (analysis.flops)."""
+    cap = floor = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
-        floor = sum(min(3, c.n_trials) * trial_flops(spec, c.budget) for c in spec.cells()) + sum(
+        top = {r: max(spec.budgets) for r in spec.recurrences}
+
+        def fewest(c) -> int:
+            return min(3 if not spec.branches or c.budget == top[c.r] else 1, c.n_trials)
+        floor = sum(fewest(c) * c.budget for c in spec.cells()) + sum(
             c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
+        least = "3 widths in each r's largest cell and 1 in the others (warmdown branches fill their brackets)" \
+            if spec.branches else "3 widths per cell at least"
         text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
-                f"3 widths per cell at least, trials_per_cell at most)")
+                f"{least}, trials_per_cell at most)")
     reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
     if reference is not None:
-        text += f"; the paper's grid of 116 runs spent {reference:.3g} ({cap / reference:.0%} at most here)"
+        share = f"{cap / reference:.0%}" if floor == cap else f"{floor / reference:.0%} to {cap / reference:.0%}"
+        text += f"; the paper's grid of 116 runs spent {reference:.3g} ({share} of it here)"
     return text
 
 

@@ -17,6 +17,8 @@ Layout (every key optional unless marked)::
     trials_per_cell = 5
     sampler = "gp"                   # "law" (search/law_sampler.py; the presets') | "gp" | "tpe" | "grid" | "random"
     tolerance = 0.1                  # law sampler: a cell stops once its optimum is located this well (log width)
+    branches = false                 # law sampler: trials also record warmdown branches in smaller open cells
+                                     # (objectives/branches.py; a train objective needs recipe.schedule = "wsd")
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -106,6 +108,7 @@ class SweepSpec:
     cell_noise: float = Noise().cell_noise
     misspec: float = Noise().misspec
     tolerance: float = DEFAULT_TOLERANCE
+    branches: bool = False
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -211,7 +214,7 @@ class SweepSpec:
             min_steps=t.int("min_steps", default=10),
             first_guess_tokens_per_param=float(t.number("first_guess_tokens_per_param", default=20)),
             noise=float(sizes["noise"]), cell_noise=float(sizes["cell_noise"]), misspec=float(sizes["misspec"]),
-            tolerance=float(tolerance), law=law, data=data, recipe=recipe, calibrate=None,
+            tolerance=float(tolerance), branches=t.bool("branches", default=False), law=law, data=data, recipe=recipe, calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), workers=workers,
             max_concurrent=max_concurrent,
             retries=retries,
@@ -224,6 +227,8 @@ class SweepSpec:
             require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
         require(0 <= spec.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {spec.seed}")
         require(spec.first_guess_tokens_per_param > 0, "first_guess_tokens_per_param must be positive")
+        require(not spec.branches or spec.sampler == "law",
+                f"branches = true needs sampler = \"law\" (it chooses where a trial branches), got {spec.sampler!r}")
         uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
         if uses_data:  # absent tables mean objectives' defaults (KJV bytes)
             data, recipe = data or {}, recipe or {}
@@ -237,6 +242,8 @@ class SweepSpec:
                     f"[resources] workers = {spec.workers} cannot share equally")
             objectives.validate_data(data)
             objectives.validate_recipe(recipe)
+            require(not spec.branches or objective != "train" or recipe.get("schedule") == "wsd",
+                    "branches = true needs [recipe] schedule = \"wsd\": a branch warms down from a constant-rate phase")
         spec = dataclasses.replace(spec, template={**template, "vocab_size": spec._vocab_size(uses_data)})
         spec._check_shapes()
         spec = dataclasses.replace(spec, calibrate=space.parse_calibration(t.table("calibrate"), spec))
@@ -338,7 +345,7 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "tolerance", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
+    "trials_per_cell", "sampler", "tolerance", "branches", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
 

@@ -44,6 +44,11 @@ class Table:
     def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
         return self._get(key, (str,), default, required, "a string")
 
+    def bool(self, key: str, default: bool = False) -> bool:
+        value = self.raw.get(key, default)
+        require(isinstance(value, bool), f"{key} in {self.where} must be true or false, got {value!r}")
+        return value
+
     def int(self, key: str, default: int | None = None, required: bool = False) -> int | None:
         return self._get(key, (int,), default, required, "an integer")
 

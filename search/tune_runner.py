@@ -26,6 +26,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -164,7 +165,7 @@ class CellStudy:
                  journal: str | None = None):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
         self.name, self.journal, self._attached = study_name(spec.name, cell.stage, cell.key), journal, False
-        self.budget, self.surrogate = cell.budget, surrogate
+        self.budget, self.r, self.surrogate = cell.budget, cell.r, surrogate
         self.widths = f"{cell.widths[0]:g}-{cell.widths[-1]:g}"  # the cell's range, for analysis' bound check
         if cell.stage == "calibrate":
             cal = spec.calibrate
@@ -199,7 +200,7 @@ class CellStudy:
         self.attach()
         trial = self.study.ask()
         params = self._params(trial)
-        if self.heads is not None and params["heads"] in self._tried(besides=trial.number):
+        if self.heads is not None and params["heads"] in self.tried(besides=trial.number):
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.study.enqueue_trial({"heads": self._nearest_untried(params["heads"])})
             trial = self.study.ask()
@@ -216,12 +217,21 @@ class CellStudy:
         derived = self.space(trial) or {}  # samples first: trial.params is empty until it has run
         return {**trial.params, **derived}
 
-    def tell(self, number: int, value: float | None) -> None:
+    def tell(self, number: int, value: float | None, branches: tuple[tuple[str, int, float | None], ...] = ()) -> None:
+        """The trial ``number`` ended with ``value`` (None: failed); with the law sampler, it and its warmdown
+        ``branches`` (cell, heads, loss) go to the shared surrogate, which refits."""
         self.attach()
-        if value is None or not math.isfinite(value):
-            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
-        else:
+        ok = value is not None and math.isfinite(value)
+        if ok:
             self.study.tell(number, value)
+        else:
+            self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+        if self.surrogate is not None:
+            self.surrogate.add(self.key, self.heads_of(number), value if ok else None, branches)
+
+    def heads_of(self, number: int) -> int:
+        """The heads (width) the study's trial ``number`` holds."""
+        return self.study.get_trials(deepcopy=False)[number].params["heads"]
 
     def attach(self) -> None:
         """Move the study into the journal (once per process): the journal's study of this name becomes exactly
@@ -246,14 +256,14 @@ class CellStudy:
         study.add_trials(trials)
         self.__dict__.update({**state, "study": study})
 
-    def _tried(self, besides: int = -1) -> set[int]:
+    def tried(self, besides: int = -1) -> set[int]:
         """Heads of the trials told a value or still running (FAILs were duplicates, diverged or failed)."""
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
         return {t.params["heads"] for t in self.study.get_trials(deepcopy=False, states=states)
                 if t.number != besides and "heads" in t.params}
 
     def _nearest_untried(self, heads: int) -> int:
-        tried = self._tried()
+        tried = self.tried()
         untried = [h for h in self.heads if h not in tried] or self.heads
         return min(untried, key=lambda h: (abs(math.log(h / heads)), h))
 
@@ -266,7 +276,7 @@ def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
     surrogate = None
     if spec.sampler == "law" and stage == "search":
         surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.seed,
-                                 tolerance=spec.tolerance)
+                                 tolerance=spec.tolerance, branches=spec.branches)
     return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 
 
@@ -293,6 +303,7 @@ class CellSearcher(Searcher):
         super().__init__(metric=None, mode=None)  # no Tune-level metric: progress reports carry no val_loss
         self._studies = {s.key: s for s in studies}
         self._running: dict[str, dict[str, int]] = {s.key: {} for s in studies}  # cell -> trial_id -> number
+        self._branches: dict[str, list[tuple[str, int]]] = {}  # trial_id -> (cell, heads) of its branches
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True
@@ -303,21 +314,63 @@ class CellSearcher(Searcher):
         open_cells = [k for k, s in self._studies.items() if s.open()]
         if not open_cells:
             return None if any(self._running.values()) else Searcher.FINISHED
-        key = min(open_cells, key=lambda k: (len(self._running[k]), self._studies[k].budget, self._studies[k].asked))
+        key = min(open_cells, key=self._priority)
         study = self._studies[key]
         number, trial = study.ask()
         self._running[key][trial_id] = number
+        if study.surrogate is not None:
+            self._branch(study, trial_id, study.heads_of(number), trial)
         searched = f"recipe.{study.lr_param}" if study.lr_param else "s"
         return {"trial": trial, "meta": {"stage": study.stage, "cell": key, "searched": searched,
                                          "cell_widths": study.widths,
                                          "trial_key": f"{study.stage}/{key}/{study.asked}"}}
 
+    def _priority(self, key: str) -> tuple:
+        """Free slots go to the cells with the fewest running trials (a second trial proposed before the first
+        has reported is a guess), then to cells that need not wait for larger cells' branches
+        (``LawSurrogate.waits``), then to the smallest budget, then to the fewest started trials."""
+        study = self._studies[key]
+        waits = study.surrogate is not None and study.surrogate.waits(key)
+        return len(self._running[key]), waits, study.budget, study.asked
+
+    def _branch(self, study: CellStudy, trial_id: str, heads: int, trial: dict[str, Any]) -> None:
+        """Give the trial the warmdown branches the surrogate wants (``LawSurrogate.branches_for``)."""
+        busy = {k: s.tried() for k, s in self._studies.items()}
+        targets = study.surrogate.branches_for(study.key, heads, busy)
+        if targets:
+            trial["branch_budgets"] = sorted(b for _, b in targets)
+            for k, _ in targets:
+                study.surrogate.expect(k, heads)
+            self._branches[trial_id] = [(k, heads) for k, _ in targets]
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         for key, running in self._running.items():
             if trial_id in running:
                 ok = not error and result is not None and result.get("status") == "ok"
-                self._studies[key].tell(running.pop(trial_id), result.get(METRIC) if ok else None)
+                study = self._studies[key]
+                number = running.pop(trial_id)
+                branches = self._branch_points(study, trial_id, study.heads_of(number), result if ok else None)
+                study.tell(number, result.get(METRIC) if ok else None, branches)
                 return
+
+    def _branch_points(self, study: CellStudy, trial_id: str, heads: int,
+                       result: dict | None) -> tuple[tuple[str, int, float | None], ...]:
+        """(cell, heads, loss) of every branch the trial announced (loss None if it did not record it) and of
+        every other branch it recorded in a cell of this stage (the recipe's fixed ``branch_budgets``)."""
+        expected = self._branches.pop(trial_id, [])
+        if study.surrogate is None:
+            return ()
+        recorded = {}
+        for i in itertools.count():
+            budget = (result or {}).get(f"branch{i}.budget_flops")
+            if budget is None:
+                break
+            recorded[space.cell_key(float(budget), study.r)] = result.get(f"branch{i}.val_loss")
+        points = {(k, h): recorded.get(k) for k, h in expected}
+        for k, loss in recorded.items():
+            if k in study.surrogate.cells:
+                points.setdefault((k, heads), loss)
+        return tuple((k, h, v) for (k, h), v in points.items())
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:

@@ -1,10 +1,12 @@
 """The law sampler (search/law_sampler.py) driven as Tune drives it (CellSearcher.suggest / on_trial_complete),
 without Ray: seeded and deterministic, restorable from its pickle, bracketing beyond an edge, stopping at the
-tolerance, cheap cells first; and analysis flagging a cell whose best run is the edge of its widths."""
+tolerance, cheap cells first; warmdown branches into smaller open cells, their points counted there; and
+analysis flagging a cell whose best run is the edge of its widths."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 
 import optuna
@@ -23,12 +25,18 @@ BUDGETS = [4.64e17, 1e18, 2.15e18]
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> SweepSpec:
-    """The paper preset replayed (law sampler, shipped noise) on its three cheapest budgets: 12 cells."""
+    """The paper preset replayed (law sampler, shipped noise) on its three cheapest budgets: 12 cells, without
+    warmdown branches (``branched`` has them, as the preset ships)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     uri = f"sqlite:///{tmp_path_factory.mktemp('law')}/unused.db"
     paper = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=uri)
-    assert paper.sampler == "law"
-    return dataclasses.replace(paper, budgets=tuple(BUDGETS))
+    assert paper.sampler == "law" and paper.branches
+    return dataclasses.replace(paper, budgets=tuple(BUDGETS), branches=False)
+
+
+@pytest.fixture(scope="module")
+def branched(spec) -> SweepSpec:
+    return dataclasses.replace(spec, branches=True)
 
 
 def drive(searcher: CellSearcher, steps: int | None = None) -> list[tuple[str, float]]:
@@ -39,7 +47,7 @@ def drive(searcher: CellSearcher, steps: int | None = None) -> list[tuple[str, f
         if config is None or config == CellSearcher.FINISHED:
             break
         searcher.on_trial_complete(f"t{len(trials)}", simulate(config["trial"]))
-        trials.append((config["meta"]["cell"], config["trial"]["s"]))
+        trials.append((config["meta"]["cell"], config["trial"]["s"], tuple(config["trial"].get("branch_budgets", []))))
     return trials
 
 
@@ -50,11 +58,12 @@ def test_same_seed_same_results_same_proposals_and_a_restored_searcher_continues
     cap = sum(c.n_trials for c in spec.cells())
     assert 3 * len(spec.cells()) <= len(first) < cap  # cells stop early, none with fewer than 3 widths
     per_cell = {}
-    for cell, s in first:
+    for cell, s, _ in first:
         per_cell.setdefault(cell, []).append(s)
     assert all(len(set(widths)) == len(widths) for widths in per_cell.values())  # never a width twice
     # cheaper cells first: one trial at a time, a cell is closed for good before a dearer one starts
-    budgets = [next(c.budget for c in spec.cells() if c.key == cell) for cell, _ in first]
+    assert not any(branches for _, _, branches in first)
+    budgets = [next(c.budget for c in spec.cells() if c.key == cell) for cell, _, _ in first]
     assert budgets == sorted(budgets)
 
     # pickled half-way (as Tune saves the searcher) and restored: the same surrogate goes on the same way
@@ -151,3 +160,52 @@ def test_analysis_flags_a_cell_whose_best_run_is_the_edge_of_its_widths_as_bound
     assert g.heads[-1] == round(cell.widths[-1] * spec.width_unit / spec.head_dim)
     unrecorded = cell_optima(pd.DataFrame(rows).drop(columns="cell_widths"), n_bootstrap=0).table
     assert list(unrecorded["status"]) == ["no_interior_minimum"]  # without the range, no claim about bounds
+
+
+def test_a_trial_branches_into_a_smaller_open_cell_whose_optimum_its_width_is_near(branched):
+    small, large = geometry(branched, 1e18, 2), geometry(branched, 2.15e18, 2)
+    surrogate = LawSurrogate([small, large], seed=0, tolerance=0.1, branches=True)
+    shared = sorted(set(small.heads) & set(large.heads))
+    near = min(shared, key=lambda h: abs(h - small.first_guess))
+    far = max(shared)
+    assert surrogate.branches_for(large.key, near, {}) == [(small.key, small.budget)]
+    assert surrogate.branches_for(small.key, near, {}) == []  # never into a larger (or its own) budget
+    assert surrogate.branches_for(large.key, near, {small.key: {near}}) == []  # a width the cell's own trial holds
+    if abs(math.log(far / small.first_guess)) > 0.5 + 1e-9:  # BRANCH_REACH
+        assert surrogate.branches_for(large.key, far, {}) == []
+    # announced, the point is as good as a running trial of the small cell: its first proposal goes elsewhere
+    surrogate.expect(small.key, near)
+    assert surrogate.branches_for(large.key, near, {}) == []
+    assert surrogate.propose(small.key, set()) != near
+    # it arrives with the large trial's result and counts as a result of the small cell; the larger cell
+    # being open, the small one now waits for more of its branches
+    surrogate.add(large.key, near, 2.9, ((small.key, near, 3.0),))
+    assert surrogate.results[small.key] == {near: 3.0} and surrogate.results[large.key] == {near: 2.9}
+    assert surrogate.incoming[small.key] == {}
+    assert surrogate.waits(small.key) and not surrogate.waits(large.key)
+    plain = LawSurrogate([small, large], seed=0, tolerance=0.1)
+    assert plain.branches_for(large.key, near, {}) == [] and not plain.waits(small.key)
+
+
+def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reaches_its_cell(spec, branched):
+    plain = drive(CellSearcher(make_studies(spec, "search", None)))
+    first = drive(CellSearcher(make_studies(branched, "search", None)))
+    assert first == drive(CellSearcher(make_studies(branched, "search", None)))
+    assert any(branches for _, _, branches in first)
+    cells = {c.key: c for c in branched.cells()}
+    assert all(b < cells[cell].budget for cell, _, branches in first for b in branches)  # only into smaller cells
+
+    def flops(trials, sweep_spec):
+        return sum(simulate({**sweep_spec.trial_config(cells[cell], s), "branch_budgets": list(b)})["flops_spent"]
+                   for cell, s, b in trials)
+    assert flops(first, branched) < flops(plain, spec)
+    # every point a branch recorded is a result of its own cell in the surrogate
+    searcher = CellSearcher(make_studies(branched, "search", None))
+    trials = drive(searcher)
+    surrogate = next(iter(searcher._studies.values())).surrogate
+    for cell, s, budgets in trials:
+        heads = round(s * branched.width_unit / branched.head_dim)
+        for b in budgets:
+            key = next(c.key for c in cells.values() if c.budget == b and c.r == cells[cell].r)
+            assert heads in surrogate.results[key]
+    assert all(not incoming for incoming in surrogate.incoming.values())

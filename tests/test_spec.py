@@ -106,6 +106,8 @@ def test_paper_preset_is_the_papers_design():
     # as a training sweep it trains its own BPE of the template's vocabulary: no file anyone must supply
     train = SweepSpec.from_toml("paper")
     assert train.data["tokenizer"] == "bpe" and train.data["tokenizer_vocab"] == train.template["vocab_size"] == 32064
+    # warmdown branches (the paper's script has them) chosen by the law sampler, on the schedule they need
+    assert train.sampler == "law" and train.branches and train.recipe["schedule"] == "wsd"
 
 
 def test_cells_hold_whole_heads_that_train(tmp_path):
@@ -168,6 +170,10 @@ MISTAKES = [
     ({"tracking_uri": "file:///tmp/mlruns"}, "use sqlite"),
     ({"budgets": [1e12, 1e12]}, "duplicates"),
     ({"sampler": "cma"}, "sampler must be one of"),
+    ({"sampler": "gp", "branches": True}, "branches = true needs sampler"),
+    ({"sampler": "law", "branches": "yes"}, "must be true or false"),
+    ({"sampler": "law", "branches": True, "objective": "train", "data": {"source": "kjv"},
+      "recipe": {"schedule": "paper"}}, "needs \\[recipe\\] schedule"),
     ({"name": None}, "needs 'name'"),
     ({"trials_per_cell": "five"}, "must be an integer"),
     ({"objective": "train", "data": {"source": "kjv"}, "recipe": {"lr_base": 1}}, "lr_base"),

@@ -11,7 +11,10 @@ the cost-aware order and the early stops act as in a sweep. Methods:
 * ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight), every cell;
 * ``random`` / ``tpe`` / ``gp``: the per-cell Optuna studies, as many trials per cell as the paper grid used at
   that budget (4-6);
-* ``law``: the preset as shipped (sampler "law", ``trials_per_cell`` a cap, ``tolerance``).
+* ``law``: the law sampler without warmdown branches (``branches = false``);
+* ``law+branches``: the preset as shipped (sampler "law", ``trials_per_cell`` a cap, ``tolerance``, trials
+  record warmdown branches where they land in an open smaller cell: ``branches = true``). A branch point is a
+  run row of its own in the fit (analysis.runs.expand_branches), its cost is in its trial's FLOPs.
 
 Each seed changes the noise draws (offsets and curves included) and the samplers' seeds. The runs of a
 method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
@@ -41,6 +44,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loopscale.analysis import cell_optima, fit_joint_law  # noqa: E402
+from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
@@ -49,7 +53,7 @@ from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E40
 
 PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
               4.64e18: [10, 12, 14, 16, 18, 20], 1e19: [12, 16, 18, 20, 24], 2.15e19: [18, 24, 28, 34]}
-METHODS = ("paper grid", "random", "tpe", "gp", "law")
+METHODS = ("paper grid", "random", "tpe", "gp", "law", "law+branches")
 
 
 def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
@@ -65,10 +69,11 @@ def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
 
 def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
     """The runs of one method: CellSearcher on ``workers`` slots, a trial lasting its budget / 1e17 time units."""
+    spec = dataclasses.replace(spec, branches=method == "law+branches")
     cells = spec.cells()
     if method == "paper grid":
         return pd.DataFrame([run(spec, c, s) for c in cells for s in PAPER_GRID[c.budget]])
-    if method != "law":
+    if not method.startswith("law"):
         spec = dataclasses.replace(spec, sampler=method)
         # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
         cells = [dataclasses.replace(c, n_trials=min(len(PAPER_GRID[c.budget]), len(c.widths))) for c in cells]
@@ -82,7 +87,7 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
             heapq.heappush(running, (clock + config["trial"]["budget_flops"] / 1e17, n, config))
             n += 1
         if not running:
-            return pd.DataFrame(rows)
+            return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
         clock, trial_id, config = heapq.heappop(running)
         result = {**simulate(config["trial"]), "stage": "search"}
         searcher.on_trial_complete(str(trial_id), result)
@@ -116,10 +121,10 @@ def main() -> None:
           f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width)")
     print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'<=1 step':>8} {'regret':>7} "
-          f"{'trials':>6} {'FLOPs/grid':>10}  time")
+          f"{'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
     for method in args.methods.split(","):
         started = time.perf_counter()
-        phis, covers, interior, hits, regret, trials, flops = [], [], [], [], [], [], []
+        phis, covers, interior, hits, regret, trials, points, flops = [], [], [], [], [], [], [], []
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed)
             runs = sweep(method, spec, args.workers).assign(status="ok")
@@ -138,11 +143,14 @@ def main() -> None:
                 hits.append(abs(s - s_true) <= grid_step(cell.budget, s_true) + 1e-9)
                 quiet = dataclasses.replace(spec, noise=0.0)
                 regret.append(1000 * (run(quiet, cell, s)["val_loss"] - l_true))
-            trials.append(len(runs))
-            flops.append(runs["flops_spent"].sum() / reference)
+            own = runs[runs["branch_of"] == ""] if "branch_of" in runs else runs  # a branch's cost is its trial's
+            trials.append(len(own))
+            points.append(len(runs))
+            flops.append(own["flops_spent"].sum() / reference)
         rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
         print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(hits):>8.1%} "
-              f"{statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} {statistics.fmean(flops):>10.0%}  "
+              f"{statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} {statistics.fmean(points):>6.1f} "
+              f"{statistics.fmean(flops):>10.0%}  "
               f"{time.perf_counter() - started:.0f} s", flush=True)
 
 
