@@ -64,6 +64,7 @@ from .progress import Progress
 from .spec import Cell, SweepSpec
 from .stopping import StopRequest, StoreFailure, SweepInterrupted, raise_if_interrupted, signal_name
 from .sweep_lock import SweepLock
+from .tune_state import StateKeeper
 from .tracking import (TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep,
                        store_errors)
 
@@ -532,9 +533,13 @@ class TrackingCallback(Callback):
     record a store failure as the failure of every trial it touched): it asks Tune for a graceful stop
     instead, and the trials it could not log are logged from their receipts on --resume."""
 
-    def __init__(self, tracker: TrialTracker, disks: dict[str, str] | None = None):
+    keeper: StateKeeper | None = None  # (a class default: a callback pickled before it existed restores too)
+
+    def __init__(self, tracker: TrialTracker, disks: dict[str, str] | None = None,
+                 keeper: StateKeeper | None = None):
         self.tracker = tracker
         self.disks = disks or {}
+        self.keeper = keeper
 
     def setup(self, **info: Any) -> None:
         self._safely(self.tracker.open)
@@ -545,6 +550,8 @@ class TrackingCallback(Callback):
             STOP.fail(full)
         if STOP.requested:
             _stop_tune()
+        if self.keeper is not None:  # a stat of three files, and a copy when Tune wrote a new snapshot
+            self.keeper.refresh()
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         meta = trial.config["meta"]
@@ -806,6 +813,12 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
         spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
     tracker = functools.partial(TrialTracker, experiment_id=experiment_id, parent_run_id=parent, sweep=spec.name,
                                 tags=tags)
+    keeper = StateKeeper(path) if "://" not in path else None
+    if keeper is not None and keeper.damaged():
+        copy = keeper.recover()
+        print(f"Tune's state in {path} was cut short (a disk that filled up while Tune wrote it); resuming from "
+              f"its last readable copy ({copy.name}): trials finished since then report their receipts",
+              flush=True)
     if tune.Tuner.can_restore(path):
         # Trials that errored on a disk or store failure have no ended run: they run again. Trials that failed
         # by themselves (their FAILED run is in MLflow) stay failed.
@@ -834,8 +847,11 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
                                             stage, ray.cluster_resources().get("CPU", 1)),
                                         reuse_actors=True,
                                         trial_dirname_creator=_trial_dirname),
+            # every snapshot reaches the storage (Tune's default: every 5 minutes), where the keeper copies it
             run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
-                                      callbacks=[TrackingCallback(tracker(), disks), ProgressCallback(progress)],
+                                      sync_config=tune.SyncConfig(sync_period=float(os.environ[SNAPSHOT_ENV])),
+                                      callbacks=[TrackingCallback(tracker(), disks, keeper),
+                                                 ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
                                       verbose=1 if verbose else 0),
         )

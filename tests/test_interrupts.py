@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from loopscale.search import SweepSpec
+from loopscale.search.tune_state import STATE_FILES, StateKeeper
 from loopscale.search.sweep_lock import LOCK_FILE, SweepLock
 from test_kill_resume import Driver, journal, journal_identity, ray_dir, trial_runs  # noqa: F401 (a fixture)
 from test_resume import processes_using
@@ -249,6 +250,31 @@ def test_a_disk_filling_up_mid_sweep_stops_it_cleanly_and_resume_completes(tmp_p
     held = stopped_cleanly(spec, code, out, 1, "Tune storage", "nearly full", "--resume")
     assert not list(small_disk.rglob("*.partial"))
     filler.unlink()
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+
+
+def stage_folder(spec: SweepSpec) -> Path:
+    return Path(spec.storage) / spec.name / "search"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("cut", ["half", "empty", "missing"])
+def test_a_tune_state_cut_short_resumes_from_its_last_readable_copy(tmp_path, ray_dir, cut):
+    """Tune's experiment state and searcher pickle truncated (as a disk filling up during Tune's in-place copy
+    leaves them) or gone: --resume said the state was damaged and could not continue the stage."""
+    spec = small_sweep(tmp_path / "sweep")
+    driver = running(spec, ray_dir, trials=6)
+    driver.process.send_signal(signal.SIGTERM)
+    code, out = run_to_end(driver, timeout_s=120)
+    held = stopped_cleanly(spec, code, out, 143, "--resume")
+    keeper = StateKeeper(stage_folder(spec))
+    assert sorted(keeper.state_files()) == sorted(STATE_FILES) and keeper.copies()  # Tune's names, and a copy
+    for path in keeper.state_files().values():
+        if cut == "missing":
+            path.unlink()
+        else:
+            path.write_bytes(path.read_bytes()[:path.stat().st_size // 2 if cut == "half" else 0])
     resume_and_check_each_trial_once(spec, ray_dir, held)
 
 
