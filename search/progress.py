@@ -1,7 +1,9 @@
 """Readable progress of a running stage: one line per finished trial, a table per cell at the end.
 
 ETA = (wall time so far / trials finished in this session) x trials left, so it already reflects how many
-trials run side by side and what each costs on this machine.
+trials run side by side and what each costs on this machine. Trials left are each open cell's cap less its
+finished trials; a cell the sampler has finished (the law sampler stops a cell once its optimum is located)
+plans no more, so with the law sampler the ETA is an upper bound that falls as cells finish ("ETA <=").
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 class CellProgress:
     planned: int
     done: int = 0
+    finished: bool = False  # the sampler stopped the cell: planned is what it ran
     failed: int = 0
     diverged: int = 0
     best_loss: float = math.inf
@@ -40,7 +43,13 @@ class Progress:
 
     @property
     def planned(self) -> int:
-        return sum(c.planned for c in self.cells.values())
+        return sum(c.done if c.finished else c.planned for c in self.cells.values())
+
+    def finish(self, cells: set[str]) -> None:
+        """The sampler takes no more trials in ``cells`` (they may have stopped before their cap)."""
+        for key in cells:
+            if key in self.cells:
+                self.cells[key].finished = True
 
     @property
     def done(self) -> int:
@@ -59,9 +68,11 @@ class Progress:
         key = self.searched
         what = f"{key}={value:.3g} " + (f"val_loss {result['val_loss']:.4f}" if status == "ok" else status)
         best = f"best {c.best_loss:.4f} at {key}={c.best_at:.3g}" if c.best_at is not None else "no best yet"
+        bound = "<= " if any(not x.finished and x.done < x.planned for x in self.cells.values()) and \
+            any(x.finished for x in self.cells.values()) else ""
         return (f"[{self.stage} {self.done:>{len(str(self.planned))}}/{self.planned}] {cell:<18} "
-                f"{c.done}/{c.planned}  {what:<28} {best:<26} FLOPs {c.flops:.2g} cell, {self.flops:.2g} total  "
-                f"ETA {self.eta()}")
+                f"{c.done}/{c.done if c.finished else c.planned}  {what:<28} {best:<26} FLOPs {c.flops:.2g} cell, {self.flops:.2g} total  "
+                f"ETA {bound}{self.eta()}")
 
     @property
     def flops(self) -> float:
@@ -81,7 +92,7 @@ class Progress:
                 f"{self.searched:>8} {'width':>6} {'FLOPs':>8}"]
         for key, c in self.cells.items():
             loss, at = (f"{c.best_loss:.4f}", f"{c.best_at:.3g}") if c.best_at is not None else ("-", "-")
-            rows.append(f"{key:<18} {f'{c.done}/{c.planned}':>7} {c.failed:>6} {c.diverged:>8} {loss:>13} {at:>8} "
+            rows.append(f"{key:<18} {f'{c.done}/{c.done if c.finished else c.planned}':>7} {c.failed:>6} {c.diverged:>8} {loss:>13} {at:>8} "
                         f"{c.best_width if c.best_width is not None else '-':>6} {c.flops:>8.2g}")
         rows.append(f"{self.stage}: {self.done}/{self.planned} trials, {self.flops:.3g} FLOPs, in "
                     f"{_clock(time.monotonic() - self.started)}")

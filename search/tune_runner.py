@@ -78,6 +78,9 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 # What the driver is asked to stop for (a signal, a failing store or disk). Module level: Tune restores the
 # tracking callback from its pickled state on --resume, so the callback reaches it by name, not by reference.
 STOP = StopRequest()
+# The searcher at work in this driver, by stage: the progress lines ask it which cells are finished (Tune
+# restores the searcher and the progress callback from separate pickles, so they cannot hold each other).
+LIVE_SEARCHERS: dict[str, "CellSearcher"] = {}
 
 
 # ---- search spaces (module level: the searcher pickles them by reference) -------------------------------
@@ -312,6 +315,7 @@ class CellSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | None:
         for study in self._studies.values():  # a restored searcher: its studies replace the journal's first
             study.attach()
+            LIVE_SEARCHERS[study.stage] = self
         open_cells = [k for k, s in self._studies.items() if s.open()]
         if not open_cells:
             return None if any(self._running.values()) else Searcher.FINISHED
@@ -372,6 +376,10 @@ class CellSearcher(Searcher):
             if k in study.surrogate.cells:
                 points.setdefault((k, heads), loss)
         return tuple((k, h, v) for (k, h), v in points.items())
+
+    def finished_cells(self) -> set[str]:
+        """Cells that take no more trials (located, bound-limited or at their cap) and have none running."""
+        return {k for k, s in self._studies.items() if not s.open() and not self._running[k]}
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
@@ -627,10 +635,17 @@ class ProgressCallback(Callback):
         self._report(trial, None)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        searcher = LIVE_SEARCHERS.get(self.progress.stage)
+        if searcher is not None:
+            self.progress.finish(searcher.finished_cells())
         print(self.progress.table(), flush=True)
 
     def _report(self, trial: Any, result: dict | None) -> None:
-        print(self.progress.record(trial.config["meta"]["cell"], result, searched(trial)), flush=True)
+        meta = trial.config["meta"]
+        searcher = LIVE_SEARCHERS.get(meta["stage"])
+        if searcher is not None:  # with the law sampler, cells stop before their cap
+            self.progress.finish(searcher.finished_cells())
+        print(self.progress.record(meta["cell"], result, searched(trial)), flush=True)
 
 
 def searched(trial: Any) -> float:

@@ -31,3 +31,16 @@ def test_a_resumed_progress_counts_restored_trials_and_restarts_its_clock():
     # two trials left at this session's pace (a trial took moments), not at the first session's hour per trial
     hours, minutes, _ = (int(part) for part in line.rsplit("ETA ", 1)[1].split(":"))
     assert hours == 0 and minutes < 10, line
+
+
+def test_cells_the_sampler_finished_early_leave_the_plan_and_the_eta_becomes_a_bound():
+    progress = Progress("search", {"C=1e+12,r=1": 5, "C=1e+12,r=2": 5})
+    for s in (2.0, 3.0, 4.0):
+        line = progress.record("C=1e+12,r=1", OK, s)
+    assert " ".join(line.split()).startswith("[search 3/10]") and "ETA <=" not in line
+    progress.finish({"C=1e+12,r=1"})  # located after 3 of its 5
+    line = progress.record("C=1e+12,r=2", OK, 2.0)
+    assert line.startswith("[search 4/8]") and "ETA <= " in line  # r=2 may still stop before its cap
+    assert "search: 4/8 trials" in progress.table() and " 3/3 " in progress.table()
+    progress.finish({"C=1e+12,r=2"})
+    assert progress.planned == progress.done == 4 and progress.eta() == "0:00:00"
