@@ -253,6 +253,39 @@ def test_a_disk_filling_up_mid_sweep_stops_it_cleanly_and_resume_completes(tmp_p
     resume_and_check_each_trial_once(spec, ray_dir, held)
 
 
+def fill_to_zero(disk: Path) -> Path:
+    """Fill ``disk`` to its last byte at once (a page at a time, unbuffered, until ENOSPC)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for chunk in (MIB, 4096):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
+    assert os.statvfs(disk).f_bavail == 0
+    return filler
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.xfail(strict=True, reason="known gap (issue 14): a trial that finished while the disk was at 0 bytes "
+                   "has its run in MLflow but no receipt, and --resume executes it again (the journal shows it "
+                   "completing twice; MLflow still holds one run per trial)")
+def test_a_disk_filled_to_zero_at_once_mid_sweep_resumes_once_space_is_freed(tmp_path, ray_dir, small_disk):
+    """No room left at all, before the free-space watch can stop the sweep: receipts and Tune's state sync
+    fail (its state files truncated); after space is freed, --resume finishes every trial once."""
+    spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
+    driver = running(spec, ray_dir, trials=4)
+    filler = fill_to_zero(small_disk)
+    code, out = run_to_end(driver, timeout_s=180)
+
+    held = stopped_cleanly(spec, code, out, 1, "--resume")  # a receipt that could not be written, or no room
+    filler.unlink()
+    resume_and_check_each_trial_once(spec, ray_dir, held)
+    assert not list(small_disk.rglob("*.partial"))
+
+
 def stage_folder(spec: SweepSpec) -> Path:
     return Path(spec.storage) / spec.name / "search"
 

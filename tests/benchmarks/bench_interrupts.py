@@ -10,6 +10,10 @@ run by a real ``loopscale search`` subprocess and interrupted ``--per-seed`` tim
 * SIGKILL of the driver (and of what its Ray leaves behind),
 * a store failure: another program holds the sqlite store's write lock past MLflow's busy timeout (a clean
   stop with one line is expected, exit 1),
+* a full disk: the sweep's Tune storage, a 48 MiB tmpfs, filled to its last byte at once (a clean stop with
+  one line is expected, exit 1; Tune's state may be left truncated), space freed once the driver has ended,
+* a cut state: SIGKILL of the driver, then Tune's state files truncated to half (as a disk filling up while
+  Tune copies them leaves them),
 
 at a point drawn from the seed: some seconds after launch, or after some more trials plus a fraction of one.
 Each interruption is followed by ``--resume``; after the last, one more ``--resume`` runs the sweep to its end.
@@ -33,6 +37,7 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,19 +48,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
+from test_interrupts import fill_to_zero  # noqa: E402
 from test_kill_resume import Driver, journal, journal_identity, kill_leftovers, trial_runs  # noqa: E402
 from test_spec import base_spec, to_toml  # noqa: E402
 
 from loopscale.objectives.testing import TESTING_ENV  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.tune_state import StateKeeper  # noqa: E402
 
-KINDS = ("SIGINT", "SIGTERM", "SIGKILL", "store")
-EXPECTED_EXIT = {"SIGINT": 130, "SIGTERM": 143, "store": 1}
+KINDS = ("SIGINT", "SIGTERM", "SIGKILL", "store", "disk-full", "state-cut")
+EXPECTED_EXIT = {"SIGINT": 130, "SIGTERM": 143, "store": 1, "disk-full": 1}
 
 
 def sweep(folder: Path) -> SweepSpec:
+    """The sweep, its Tune storage on a tmpfs of its own (mounted here: root only) for the full-disk kind."""
     folder.mkdir(parents=True)
+    (folder / "disk").mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(folder / "disk")], check=True)
     spec = base_spec(folder, budgets=[1e12, 1e13], recurrences=[1, 2, 4], sampler="grid", trials_per_cell=2,
+                     storage=str(folder / "disk" / "tune"),
                      testing={"delay_s": 0.4, "journal": str(folder / "journal.jsonl")})
     (folder / "spec.toml").write_text(to_toml(spec))
     return SweepSpec.from_toml(folder / "spec.toml")
@@ -70,9 +81,10 @@ def marked_complete(spec: SweepSpec) -> bool:
     return path.exists() and json.loads(path.read_text()).get("complete", False)
 
 
-def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, left: int) -> dict:
+def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, left: int,
+              kinds: list[str]) -> dict:
     """One driver, interrupted at a random point by a random kind; what happened."""
-    kind = rng.choice(KINDS)
+    kind = rng.choice(kinds)
     driver = Driver(spec, ray_dir, resume)
     if rng.random() < 0.2:
         delay = rng.uniform(1.0, 8.0)
@@ -85,13 +97,15 @@ def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, l
         else:
             time.sleep(fraction)
             point = f"{more} trials + {fraction:.2f} s after the banner"
-    blocker = None
+    blocker = filler = None
     if driver.process.poll() is None:
         if kind == "store":
             blocker = sqlite3.connect(spec.tracking_uri.removeprefix("sqlite:///"), isolation_level=None, timeout=60)
             blocker.execute("BEGIN EXCLUSIVE")
+        elif kind == "disk-full":
+            filler = fill_to_zero(Path(spec.storage).parent)
         else:
-            driver.process.send_signal(getattr(signal, kind))
+            driver.process.send_signal(signal.SIGKILL if kind == "state-cut" else getattr(signal, kind))
     reader = threading.Thread(target=driver.wait_for, args=("never printed", 1, 240))
     reader.start()
     reader.join()
@@ -99,24 +113,31 @@ def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, l
     if blocker is not None:
         blocker.execute("COMMIT")
         blocker.close()
+    if filler is not None:
+        filler.unlink()
     kill_leftovers(ray_dir)
+    if kind == "state-cut":
+        for path in StateKeeper(Path(spec.storage) / spec.name / "search").state_files().values():
+            path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
     out = "".join(driver.output)
     return {"kind": kind, "point": point, "code": code, "traceback": "Traceback" in out,
             "held": finished(spec), "journal_at": len(journal(spec)), "complete": marked_complete(spec),
             "planned_all_finished": len(finished(spec)) == spec.planned_trials()}
 
 
-def run_seed(seed: int, per_seed: int, root: Path) -> tuple[Counter, list[dict]]:
+def run_seed(seed: int, per_seed: int, root: Path, kinds: list[str]) -> tuple[Counter, list[dict]]:
     spec = sweep(root / f"seed{seed}")
     ray_dir = tempfile.mkdtemp(prefix="lsb", dir="/tmp")
     rng = random.Random(seed)
     events = []
     for k in range(per_seed):
-        events.append(interrupt(spec, ray_dir, rng, resume=k > 0, left=spec.planned_trials() - len(finished(spec))))
+        events.append(interrupt(spec, ray_dir, rng, resume=k > 0, left=spec.planned_trials() - len(finished(spec)),
+                                kinds=kinds))
     final = Driver(spec, ray_dir, resume=True)
     final.wait_for("never printed", 1, timeout_s=400)
     final_code = final.process.wait(timeout=60)
     kill_leftovers(ray_dir)
+    subprocess.run(["umount", "-l", str(Path(spec.storage).parent)], check=False)
 
     counts = Counter()
     planned = {f"search/{c.key}/{n}" for c in spec.cells() for n in range(1, c.n_trials + 1)}
@@ -149,6 +170,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-6", help="seeds, a range a-b or a comma list (default 0-6)")
     parser.add_argument("--per-seed", type=int, default=3, help="interruptions per seed (default 3)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"interruption kinds to draw from (default: all, "
+                                                                f"{','.join(KINDS)})")
     args = parser.parse_args()
     os.environ[TESTING_ENV] = "1"  # the trials journal and sleep ([testing]), here and in the drivers
     if "-" in args.seeds:
@@ -160,7 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-interrupts-") as tmp:
         for seed in seeds:
             started = time.monotonic()
-            counts, events = run_seed(seed, args.per_seed, Path(tmp))
+            counts, events = run_seed(seed, args.per_seed, Path(tmp), args.kinds.split(","))
             total += counts
             kinds.update(e["kind"] for e in events if e["point"] != "after the driver ended by itself")
             print(f"seed {seed} ({time.monotonic() - started:.0f} s): "
