@@ -8,7 +8,7 @@ The branch is then a point (N, D_k) of cell (C_k, r), exact from the accounting,
 trial F * (S_k - f_k) * batch FLOPs (``cost_flops``), which the trial's ``flops_spent`` includes.
 
 Where the budgets come from: the recipe's fixed ``branch_budgets`` (every trial of the demo records the same
-ones) and, per trial, the trial config's ``branch_budgets``: those the law sampler chose because the trial's
+ones) and, per trial, the TrialConfig's ``branch_budgets``: those the law sampler chose because the trial's
 width lands in a smaller cell that is still locating its optimum (search/law_sampler.py).
 """
 
@@ -19,13 +19,13 @@ from typing import Any
 from loopscale.model import LoopedConfig
 
 from .recipe import warmdown_start
-from .trial import accounting_metrics, branch_key
+from .trial import TrialConfig, accounting_metrics, branch_key
 
 
-def branch_budgets(trial_config: dict[str, Any]) -> list[float]:
+def branch_budgets(trial: TrialConfig) -> list[float]:
     """The budgets the trial branches at: the recipe's fixed list and the trial's own (module docstring)."""
-    fixed = (trial_config.get("recipe") or {}).get("branch_budgets", [])
-    return sorted({float(b) for b in [*fixed, *trial_config.get("branch_budgets", [])]})
+    fixed = (trial.recipe or {}).get("branch_budgets", [])
+    return sorted({float(b) for b in [*fixed, *trial.branch_budgets]})
 
 
 def branch_plan(budgets: list[float], warmdown_frac: float, config: LoopedConfig, budget: float, steps: int,

@@ -60,7 +60,7 @@ from loopscale.model import LoopedConfig, LoopedLM, tokens_for_budget
 
 from .lr_rules import REF_BATCH, transfer_factors
 from .muonh import MuonH
-from .trial import model_config
+from .trial import TrialConfig
 
 from .checks import did_you_mean
 
@@ -171,13 +171,11 @@ def group_lrs(recipe: dict[str, Any], template: dict[str, Any], config: LoopedCo
             "lanes": recipe["lane_lr"] * adamw}
 
 
-def trial_lrs(trial_config: dict[str, Any]) -> dict[str, float]:
-    """``group_lrs`` of a trial config (objectives/trial.py): what that trial will train with."""
-    config = model_config(trial_config)
-    batch_tokens = int(trial_config["batch_tokens"])
-    tokens = tokens_for_budget(config, trial_config["budget_flops"], batch_tokens)
-    return group_lrs(normalize_recipe(trial_config.get("recipe")), trial_config["template"], config, tokens,
-                     batch_tokens)
+def trial_lrs(trial: TrialConfig) -> dict[str, float]:
+    """``group_lrs`` of a trial (objectives/trial.py): what that trial will train with."""
+    config = trial.model_config
+    tokens = tokens_for_budget(config, trial.budget_flops, trial.batch_tokens)
+    return group_lrs(normalize_recipe(trial.recipe), trial.template, config, tokens, trial.batch_tokens)
 
 
 def build_optimizers(model: LoopedLM, lrs: dict[str, float], recipe: dict[str, Any]) -> list[torch.optim.Optimizer]:

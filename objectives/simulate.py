@@ -23,40 +23,34 @@ from typing import Any
 from loopscale.model import PAPER_LAW, JointLaw
 
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
-from .noise import Noise
 from .recipe import normalize_recipe
 from .testing import after_trial, before_trial
-from .trial import accounting_metrics, model_config
+from .trial import TrialConfig, accounting_metrics
 
 
-def simulate(trial_config: dict[str, Any]) -> dict[str, Any]:
-    """Loss of the trial under ``trial_config["law"]`` (default: the paper's fit) with seeded deviations
-    (trial-config keys ``noise``, ``cell_noise``, ``misspec``; defaults ``objectives.noise.Noise()``)."""
-    config = model_config(trial_config)
-    law = JointLaw(**trial_config["law"]) if trial_config.get("law") else PAPER_LAW
-    noise = Noise(**{k: float(trial_config[k]) for k in ("noise", "cell_noise", "misspec") if k in trial_config})
-    metrics = accounting_metrics(config, trial_config["budget_flops"], int(trial_config["batch_tokens"]))
-    if metrics["tokens"] == 0:
-        raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step at width "
-                         f"{config.width}")
-    fault = before_trial(trial_config)
-    seed, budget = int(trial_config.get("seed", 0)), float(trial_config["budget_flops"])
+def simulate(trial: TrialConfig) -> dict[str, Any]:
+    """Loss of the trial under ``trial.law`` (None: the paper's fit) with its seeded deviations
+    (``trial.noise_model``)."""
+    config = trial.model_config
+    law = JointLaw(**trial.law) if trial.law else PAPER_LAW
+    noise = trial.noise_model
+    batch_tokens = trial.batch_tokens
+    metrics = accounting_metrics(config, trial.budget_flops, batch_tokens)
+    fault = before_trial(trial)
 
     def observe(tokens: int, point_budget: float) -> float:
         clean = law.loss(metrics["N_once"], metrics["N_rec"], config.r, tokens)
-        return noise.observe(clean, seed=seed, budget=point_budget, r=config.r, width=config.width,
-                             run_budget=budget)
+        return noise.observe(clean, seed=trial.seed, budget=point_budget, r=config.r, width=config.width,
+                             run_budget=trial.budget_flops)
 
-    loss = observe(metrics["tokens"], budget) if fault != "nan" else float("nan")
-    batch_tokens = int(trial_config["batch_tokens"])
-    branches = branch_plan(branch_budgets(trial_config), normalize_recipe(trial_config.get("recipe"))["warmdown_frac"],
-                           config, budget, metrics["steps"], batch_tokens)
+    loss = observe(metrics["tokens"], trial.budget_flops) if fault != "nan" else float("nan")
+    branches = branch_plan(branch_budgets(trial), normalize_recipe(trial.recipe)["warmdown_frac"], config,
+                           trial.budget_flops, metrics["steps"], batch_tokens)
     for b in branches:
         b["val_loss"] = observe(b["steps"] * batch_tokens, b["budget_flops"])
     metrics["flops_spent"] = trial_flops(metrics["flops_per_token"], metrics["tokens"], branches, batch_tokens)
     nan = float("nan")
-    after_trial(trial_config)
-    return {**metrics, "val_loss": loss, "val_bpb": nan, "train_loss": loss, "s": float(trial_config["s"]),
+    after_trial(trial)
+    return {**metrics, "val_loss": loss, "val_bpb": nan, "train_loss": loss, "s": trial.s,
             "lr": nan, "tokens_per_s": nan, "mfu": nan, "wall_s": 0.0, "status": "ok", "reason": "",
             **branch_metrics(branches, metrics["flops_per_token"], batch_tokens)}
-

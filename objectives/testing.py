@@ -29,9 +29,13 @@ import math
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .checks import did_you_mean, require
+
+if TYPE_CHECKING:
+    from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
 KEYS = ("delay_s", "journal", "rendezvous", "faults")
@@ -97,34 +101,34 @@ def trial_aids(aids: dict[str, Any] | None, cell_key: str) -> dict[str, Any]:
 
 
 # ---- in the trial --------------------------------------------------------------------------------------------
-def before_trial(trial_config: dict[str, Any]) -> str:
+def before_trial(trial: TrialConfig) -> str:
     """Journal the start, wait at the rendezvous, inject the fault, sleep; returns "nan" when the trial's loss is
     to be NaN, else ""."""
-    aids = trial_config.get("testing") or {}
+    aids = trial.testing or {}
     if not aids:
         return ""
-    earlier = _journal(trial_config, aids, "start")
+    earlier = _journal(trial, aids, "start")
     _rendezvous(aids)
-    fault = _fault(trial_config, aids, earlier)
+    fault = _fault(trial, aids, earlier)
     time.sleep(float(aids.get("delay_s", 0.0)))
     return fault
 
 
-def after_trial(trial_config: dict[str, Any]) -> None:
-    aids = trial_config.get("testing") or {}
+def after_trial(trial: TrialConfig) -> None:
+    aids = trial.testing or {}
     if aids:
-        _journal(trial_config, aids, "end")
+        _journal(trial, aids, "end")
 
 
-def _fault(trial_config: dict[str, Any], aids: dict[str, Any], earlier_runs: int) -> str:
-    action = aids.get("faults", {}).get(f"{float(trial_config['s']):g}", "")
+def _fault(trial: TrialConfig, aids: Mapping[str, Any], earlier_runs: int) -> str:
+    action = aids.get("faults", {}).get(f"{trial.s:g}", "")
     if action.endswith(FAULT_ONCE):
         if "journal" not in aids:
             raise ValueError(f"fault {action!r} needs a journal to tell the first execution from the others")
         action = action.removesuffix(FAULT_ONCE) if earlier_runs == 0 else ""
     if action and action not in FAULTS:
         raise ValueError(f"unknown fault {action!r}; use one of {', '.join(FAULTS)}, optionally with {FAULT_ONCE!r}")
-    where = f"C={trial_config['budget_flops']:.3g}, r={trial_config['r']}, s={float(trial_config['s']):g}"
+    where = f"C={trial.budget_flops:.3g}, r={trial.r}, s={trial.s:g}"
     if action == "raise":
         raise RuntimeError(f"injected fault: the trial at {where} raised")
     if action == "sigkill":
@@ -134,13 +138,12 @@ def _fault(trial_config: dict[str, Any], aids: dict[str, Any], earlier_runs: int
     return action
 
 
-def _journal(trial_config: dict[str, Any], aids: dict[str, Any], event: str) -> int:
+def _journal(trial: TrialConfig, aids: Mapping[str, Any], event: str) -> int:
     """Append ``event`` for this trial to the journal (if any); returns how many times it had started before."""
     path = aids.get("journal")
     if not path:
         return 0
-    ident = {"budget_flops": float(trial_config["budget_flops"]), "r": int(trial_config["r"]),
-             "s": float(trial_config["s"])}
+    ident = {"budget_flops": trial.budget_flops, "r": trial.r, "s": trial.s}
     earlier = _starts(path, ident) if event == "start" else 0
     line = json.dumps({"event": event, **ident, "pid": os.getpid(), "time": time.time()}) + "\n"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

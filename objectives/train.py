@@ -4,16 +4,20 @@ D comes from ``model.tokens_for_budget`` (whole optimizer steps of ``batch_token
 ``flops_spent = F * D`` is within one step of the budget. Validation loss is the mean cross-entropy in nats per
 token over the sweep's fixed validation rows (every target of every row), plus bits per byte for text.
 
-Trial config keys beyond ``objectives.trial`` (defaults in brackets)::
+The trial's fields (``objectives.trial.TrialConfig``) a training trial reads, beyond its shape and budget
+(defaults in brackets)::
 
-    data          dict   data source spec (objectives.data_spec) [{"source": "kjv"}]
+    data          dict   data source spec (objectives.data_spec) [None: {"source": "kjv"}]
     recipe        dict   optimizer / schedule options (objectives.recipe) [paper-like defaults]
     device        str    "auto" | "cpu" | "cuda" | "cuda:1" ... ["auto"]
-    num_threads   int    torch threads for this trial, from the resources Ray gives it [torch's default]
-    cache_dir     str    packed-data cache shared by the sweep [objectives.data_cache.default_cache_dir()]
+    num_threads   int    torch threads for this trial, from the resources Ray gives it [0: torch's default]
+    cache_dir     str    packed-data cache shared by the sweep ["": objectives.data_cache.default_cache_dir()]
     val_tokens    int    size of the fixed validation set in target tokens [65536]
     seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
                          which every trial of a sweep shares
+
+The config is checked where the search builds it (a budget that buys no step, a batch that is not whole rows
+are refused there, in one line); training takes it as it is.
 
 Warmdown branches (the paper's script has them; PAPER.md; objectives/branches.py): with ``recipe.schedule =
 "wsd"``, a trial of budget C also records the loss at D_k = ``tokens_for_budget`` (C_k) for every C_k < C of
@@ -55,27 +59,22 @@ from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
 from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
-from .trial import accounting_metrics, model_config
-
-DEFAULT_VAL_TOKENS = 65_536
+from .trial import TrialConfig, accounting_metrics
 
 Report = Callable[[dict[str, Any]], None]
 
 
 def rows_per_batch(batch_tokens: int, seq_len: int) -> int:
-    """Packed rows per optimizer step; a step must be whole rows of seq_len predicted tokens."""
-    if batch_tokens % seq_len:
-        raise ValueError(f"batch_tokens {batch_tokens} is not a multiple of seq_len {seq_len}")
+    """Packed rows per optimizer step (a TrialConfig's batch is whole rows of seq_len predicted tokens)."""
     return batch_tokens // seq_len
 
 
-def trial_data(trial_config: dict[str, Any], config: LoopedConfig) -> tuple[PackedData, int]:
+def trial_data(trial: TrialConfig, config: LoopedConfig) -> tuple[PackedData, int]:
     """(memory-mapped data, rows per optimizer step) of a trial; builds the cache if no driver did."""
     seq_len = config.seq_len
-    rows = rows_per_batch(int(trial_config["batch_tokens"]), seq_len)
-    cache_dir = trial_config.get("cache_dir") or default_cache_dir()
-    fingerprint = prepare_data(trial_config.get("data"), seq_len, cache_dir,
-                               int(trial_config.get("val_tokens", DEFAULT_VAL_TOKENS)))
+    rows = rows_per_batch(trial.batch_tokens, seq_len)
+    cache_dir = trial.cache_dir or default_cache_dir()
+    fingerprint = prepare_data(trial.data, seq_len, cache_dir, trial.val_tokens)
     packed = open_packed(cache_dir, fingerprint)
     if packed.meta["vocab_size"] > config.vocab_size:
         raise ValueError(f"data vocabulary {packed.meta['vocab_size']} exceeds the model's vocab_size "
@@ -83,33 +82,29 @@ def trial_data(trial_config: dict[str, Any], config: LoopedConfig) -> tuple[Pack
     return packed, rows
 
 
-def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[str, Any]:
+def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
     """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring)."""
     started = time.perf_counter()
-    config = model_config(trial_config)
-    recipe = normalize_recipe(trial_config.get("recipe"))
-    batch_tokens = int(trial_config["batch_tokens"])
-    rows_per_batch(batch_tokens, config.seq_len)  # fail before any work
-    plan = accounting_metrics(config, trial_config["budget_flops"], batch_tokens)
-    if plan["steps"] == 0:
-        raise ValueError(f"budget {trial_config['budget_flops']:.3g} FLOPs buys no optimizer step of "
-                         f"{batch_tokens} tokens at width {config.width}")
+    config = trial.model_config
+    recipe = normalize_recipe(trial.recipe)
+    batch_tokens = trial.batch_tokens
+    plan = accounting_metrics(config, trial.budget_flops, batch_tokens)
     group = _Group.current()
     micro_rows = _micro_rows(recipe, group.share(batch_tokens, config.seq_len), config.seq_len)
-    if trial_config.get("num_threads"):
-        torch.set_num_threads(int(trial_config["num_threads"]))
-    device = runtime.pick_device(trial_config.get("device", "auto"))
-    packed, rows_per_step = trial_data(trial_config, config)
+    if trial.num_threads:
+        torch.set_num_threads(trial.num_threads)
+    device = runtime.pick_device(trial.device)
+    packed, rows_per_step = trial_data(trial, config)
 
-    torch.manual_seed(int(trial_config.get("seed", 0)))
+    torch.manual_seed(trial.seed)
     model = LoopedLM(config).to(device)
-    lrs = group_lrs(recipe, trial_config["template"], config, plan["tokens"], batch_tokens)
+    lrs = group_lrs(recipe, trial.template, config, plan["tokens"], batch_tokens)
     optimizers = build_optimizers(model, lrs, recipe)
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
-                                          cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial_config))
+                                          cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial))
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
-    branches = branch_plan(branch_budgets(trial_config), recipe["warmdown_frac"], config,
-                           float(trial_config["budget_flops"]), plan["steps"], batch_tokens)
+    branches = branch_plan(branch_budgets(trial), recipe["warmdown_frac"], config, trial.budget_flops, plan["steps"],
+                           batch_tokens)
 
     train_started = time.perf_counter()
     outcome = loop.run(plan["steps"], batch_tokens, report, branches=branches, raw_model=model)
@@ -130,7 +125,7 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
         "val_loss": val_loss,
         "val_bpb": val_loss / math.log(2) / bytes_per_token if bytes_per_token else float("nan"),
         "train_loss": outcome["train_loss"],
-        "s": float(trial_config["s"]),
+        "s": trial.s,
         "lr": lrs["matrices"],
         "tokens_per_s": tokens / train_wall if train_wall > 0 else float("nan"),
         "mfu": flops_spent / train_wall / peak if train_wall > 0 else float("nan"),
@@ -141,9 +136,9 @@ def train(trial_config: dict[str, Any], report: Report | None = None) -> dict[st
     }
 
 
-def compile_cache_dir(trial_config: dict[str, Any]) -> str:
+def compile_cache_dir(trial: TrialConfig) -> str:
     """Where a trial's compiled graphs are cached: under the sweep's shared cache_dir, so trials share them."""
-    return str(Path(trial_config.get("cache_dir") or default_cache_dir()) / "inductor")
+    return str(Path(trial.cache_dir or default_cache_dir()) / "inductor")
 
 
 class _TrainLoop:

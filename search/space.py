@@ -104,25 +104,26 @@ def search_cell(spec: SweepSpec, budget: float, r: int) -> Cell:
     return Cell("search", budget, r, tuple(feasible), guess, min(spec.trials_per_cell, len(feasible)))
 
 
-def trial_config(spec: SweepSpec, cell: Cell, s: float, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The trial config (objectives/trial.py) of width s in ``cell``; ``recipe`` overrides the spec's."""
+def spread(n: int, k: int) -> list[float]:
+    """k indices spread evenly over 0..n-1 (the grid sampler's widths in a cell)."""
+    return [0.0] if k == 1 else [i * (n - 1) / (k - 1) for i in range(k)]
+
+
+def trial_config(spec: SweepSpec, cell: Cell, s: float,
+                 recipe: dict[str, Any] | None = None) -> objectives.TrialConfig:
+    """The trial (objectives/trial.py) of width s in ``cell``, checked once, here; ``recipe`` overrides the
+    spec's."""
     objective = "train" if cell.stage == "calibrate" else spec.objective
-    config: dict[str, Any] = {
-        "budget_flops": cell.budget, "r": cell.r, "s": float(s), "template": spec.model_template(),
-        "batch_tokens": spec.batch_tokens, "seed": spec.seed, "objective": objective,
-    }
+    common = {"budget_flops": float(cell.budget), "r": cell.r, "s": float(s), "template": spec.model_template(),
+              "batch_tokens": spec.batch_tokens, "seed": spec.seed, "objective": objective}
     if objective == "simulate":
-        config.update(noise=spec.noise, cell_noise=spec.cell_noise, misspec=spec.misspec,
-                      **({"law": dict(spec.law)} if spec.law else {}))
-        aids = testing.trial_aids(spec.testing, cell.key)
-        if aids:  # absent unless a test asked for them
-            config["testing"] = aids
-    else:
-        config.update(data=spec.data, recipe=dict(recipe if recipe is not None else spec.recipe),
-                      device="cuda" if spec.gpus_per_trial > 0 else "cpu",
-                      num_threads=max(1, int(spec.cpus_per_trial)), cache_dir=spec.cache_dir,
-                      val_tokens=spec.val_tokens)
-    return config
+        return objectives.TrialConfig(**common, noise=spec.noise, cell_noise=spec.cell_noise, misspec=spec.misspec,
+                                      law=dict(spec.law) if spec.law else None,
+                                      testing=testing.trial_aids(spec.testing, cell.key) or None)
+    return objectives.TrialConfig(**common, data=spec.data, recipe=dict(recipe if recipe is not None else spec.recipe),
+                                  device="cuda" if spec.gpus_per_trial > 0 else "cpu",
+                                  num_threads=max(1, int(spec.cpus_per_trial)), cache_dir=spec.cache_dir,
+                                  val_tokens=spec.val_tokens)
 
 
 def parse_calibration(table: dict[str, Any], spec: SweepSpec) -> Calibration | None:

@@ -289,7 +289,7 @@ class SweepSpec:
     def planned_trials(self) -> int:
         return sum(c.n_trials for stage in STAGES for c in self.cells(stage))
 
-    def trial_config(self, cell: Cell, s: float, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
+    def trial_config(self, cell: Cell, s: float, recipe: dict[str, Any] | None = None) -> objectives.TrialConfig:
         return space.trial_config(self, cell, s, recipe)
 
     def resources(self, stage: str) -> dict[str, float]:

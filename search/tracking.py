@@ -41,7 +41,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
-from loopscale.objectives import METRIC_KEYS, model_config
+from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key
 
 from .spec import SweepSpec
@@ -284,7 +284,7 @@ class TrialTracker:
             else:
                 self._done[key] = (run.info.run_id, dict(run.data.params))
 
-    def start(self, key: str, meta: dict[str, Any], trial_config: dict[str, Any]) -> None:
+    def start(self, key: str, meta: dict[str, Any], trial: TrialConfig) -> None:
         """A trial starts (or restarts): its run is created with the first write, so a quick trial costs one
         run creation, one batch and one status update.
 
@@ -292,7 +292,7 @@ class TrialTracker:
         just before a crash, re-run because Tune had not saved it yet). With other params the old run is
         replaced: it no longer describes the trial the study knows under this key.
         """
-        params = flatten_params(trial_config)
+        params = flatten_params(trial.to_params())
         if key in self._done:
             run_id, logged = self._done[key]
             if logged == params:
@@ -305,12 +305,12 @@ class TrialTracker:
         if key in self._stale:
             self._client.delete_run(self._stale.pop(key))
         tags = {**self.tags, KIND_TAG: "trial", PARENT_TAG: self.parent_run_id, "sweep": self.sweep,
-                "stage": meta["stage"], "cell": meta["cell"], "r": str(trial_config["r"]),
-                "budget": f"{trial_config['budget_flops']:.6g}", "objective": trial_config["objective"],
+                "stage": meta["stage"], "cell": meta["cell"], "r": str(trial.r),
+                "budget": f"{trial.budget_flops:.6g}", "objective": trial.objective,
                 "trial_key": key, "status": "running",
                 **({"cell_widths": meta["cell_widths"]} if "cell_widths" in meta else {})}
         self._open[key] = _Open(tags=tags, params=params,
-                                name=run_name(meta["stage"], trial_config))
+                                name=run_name(meta["stage"], trial))
 
     def curve(self, key: str, report: dict[str, Any]) -> None:
         """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``."""
@@ -377,10 +377,9 @@ class TrialTracker:
         return list(iter_runs(self._client, self.experiment_id, query))
 
 
-def run_name(stage: str, trial_config: dict[str, Any]) -> str:
+def run_name(stage: str, trial: TrialConfig) -> str:
     """What the UI's runs table shows first: stage, budget, r and width, e.g. ``search C=1e+12 r=4 d=64``."""
-    width = model_config(trial_config).width
-    return f"{stage} C={trial_config['budget_flops']:.3g} r={trial_config['r']} d={width}"
+    return f"{stage} C={trial.budget_flops:.3g} r={trial.r} d={trial.model_config.width}"
 
 
 def _finite(value: Any) -> bool:

@@ -23,6 +23,7 @@ reaches Tune through ``TuneReportCallback``, exactly as a one-worker trial's doe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -55,7 +56,7 @@ from loopscale import objectives
 from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
 from loopscale.model import heads_to_s
-from loopscale.objectives import METRIC_KEYS
+from loopscale.objectives import METRIC_KEYS, TrialConfig
 
 from . import space
 from .law_sampler import CellGeometry, LawSampler, LawSurrogate
@@ -165,7 +166,7 @@ class CellStudy:
     first used again, when those trials replace the journal's copy.
     """
 
-    def __init__(self, spec: SweepSpec, cell: Cell, base: dict[str, Any], surrogate: LawSurrogate | None = None,
+    def __init__(self, spec: SweepSpec, cell: Cell, base: TrialConfig, surrogate: LawSurrogate | None = None,
                  journal: str | None = None):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
         self.name, self.journal, self._attached = study_name(spec.name, cell.stage, cell.key), journal, False
@@ -183,7 +184,7 @@ class CellStudy:
             self.space = functools.partial(width_space, low=self.heads[0], high=self.heads[-1],
                                            head_dim=spec.head_dim, width_unit=spec.width_unit)
             self.lr_param = None
-            grid = [{"heads": self.heads[round(i)]} for i in _spread(len(self.heads), cell.n_trials)]
+            grid = [{"heads": self.heads[round(i)]} for i in space.spread(len(self.heads), cell.n_trials)]
             guess = [{"heads": space.heads(cell.first_guess, spec)}]
         seed = cell_seed(spec.seed, cell.stage, cell.key)
         sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampler, seed)
@@ -199,8 +200,9 @@ class CellStudy:
         """Whether the cell takes another trial: under its cap and, with the law sampler, not yet located."""
         return self.asked < self.n_trials and (self.surrogate is None or self.surrogate.status(self.key) == "open")
 
-    def ask(self) -> tuple[int, dict[str, Any]]:
-        """(Optuna trial number, trial config) of the next proposal."""
+    def ask(self) -> tuple[int, TrialConfig]:
+        """(Optuna trial number, trial) of the next proposal: the cell's base trial at the proposed width or
+        learning rate, checked as it is built."""
         self.attach()
         trial = self.study.ask()
         params = self._params(trial)
@@ -210,12 +212,9 @@ class CellStudy:
             trial = self.study.ask()
             params = self._params(trial)
         self.asked += 1
-        config = json.loads(json.dumps(self.base))  # a deep copy of plain data
         if "s" in params:
-            config["s"] = params["s"]
-        if "lr" in params:
-            config["recipe"][self.lr_param] = params["lr"]
-        return trial.number, config
+            return trial.number, dataclasses.replace(self.base, s=params["s"])
+        return trial.number, dataclasses.replace(self.base, recipe={**self.base.recipe, self.lr_param: params["lr"]})
 
     def _params(self, trial: optuna.Trial) -> dict[str, Any]:
         derived = self.space(trial) or {}  # samples first: trial.params is empty until it has run
@@ -258,7 +257,9 @@ class CellStudy:
         sampler, trials = state["study"]
         study = optuna.create_study(direction="minimize", sampler=sampler)
         study.add_trials(trials)
-        self.__dict__.update({**state, "study": study})
+        base = state["base"]  # a sweep started before trials were typed saved its base trial as a dict
+        self.__dict__.update({**state, "study": study,
+                              "base": base if isinstance(base, TrialConfig) else TrialConfig.from_params(base)})
 
     def tried(self, besides: int = -1) -> set[int]:
         """Heads of the trials told a value or still running (FAILs were duplicates, diverged or failed)."""
@@ -284,11 +285,6 @@ def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
     return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 
 
-def _spread(n: int, k: int) -> list[float]:
-    """k indices spread evenly over 0..n-1 (the grid sampler's widths in a cell)."""
-    return [0.0] if k == 1 else [i * (n - 1) / (k - 1) for i in range(k)]
-
-
 class CellSearcher(Searcher):
     """One Tune searcher over every cell of a stage, dispatching to the cells' Optuna studies.
 
@@ -298,7 +294,7 @@ class CellSearcher(Searcher):
     not open now (located, or at its cap) may reopen when a running trial of it finishes with a result that
     unsettles it, so the searcher waits for running trials before it declares the stage finished. Tune's
     config of a trial is
-    ``{"trial": <trial config>, "meta": {stage, cell, searched, trial_key}}`` (``searched``: the dotted config key
+    ``{"trial": <TrialConfig.to_params()>, "meta": {stage, cell, searched, trial_key}}`` (``searched``: the dotted key
     the study chose); the key ``<stage>/<cell>/<n>`` numbers the
     cell's proposals, so it survives a restore together with the searcher's pickled state.
     """
@@ -324,9 +320,9 @@ class CellSearcher(Searcher):
         number, trial = study.ask()
         self._running[key][trial_id] = number
         if study.surrogate is not None:
-            self._branch(study, trial_id, study.heads_of(number), trial)
+            trial = self._branch(study, trial_id, study.heads_of(number), trial)
         searched = f"recipe.{study.lr_param}" if study.lr_param else "s"
-        return {"trial": trial, "meta": {"stage": study.stage, "cell": key, "searched": searched,
+        return {"trial": trial.to_params(), "meta": {"stage": study.stage, "cell": key, "searched": searched,
                                          "cell_widths": study.widths,
                                          "trial_key": f"{study.stage}/{key}/{study.asked}"}}
 
@@ -338,15 +334,16 @@ class CellSearcher(Searcher):
         waits = study.surrogate is not None and study.surrogate.waits(key)
         return len(self._running[key]), waits, study.budget, study.asked
 
-    def _branch(self, study: CellStudy, trial_id: str, heads: int, trial: dict[str, Any]) -> None:
-        """Give the trial the warmdown branches the surrogate wants (``LawSurrogate.branches_for``)."""
+    def _branch(self, study: CellStudy, trial_id: str, heads: int, trial: TrialConfig) -> TrialConfig:
+        """The trial with the warmdown branches the surrogate wants (``LawSurrogate.branches_for``)."""
         busy = {k: s.tried() for k, s in self._studies.items()}
         targets = study.surrogate.branches_for(study.key, heads, busy)
-        if targets:
-            trial["branch_budgets"] = sorted(b for _, b in targets)
-            for k, _ in targets:
-                study.surrogate.expect(k, heads)
-            self._branches[trial_id] = [(k, heads) for k, _ in targets]
+        if not targets:
+            return trial
+        for k, _ in targets:
+            study.surrogate.expect(k, heads)
+        self._branches[trial_id] = [(k, heads) for k, _ in targets]
+        return dataclasses.replace(trial, branch_budgets=tuple(sorted(b for _, b in targets)))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         for key, running in self._running.items():
@@ -403,14 +400,15 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     and copies it to storage in the background, so after a crash it restarts trials that had already
     finished (and been logged); with the receipt none of them is simulated or trained twice.
     """
-    trial = config["trial"]
-    receipt = Receipt(receipts, config["meta"]["trial_key"], trial) if receipts else None
+    params = config["trial"]
+    trial = TrialConfig.from_params(params)
+    receipt = Receipt(receipts, config["meta"]["trial_key"], params) if receipts else None
     result = receipt.load() if receipt else None
     if result is None:
-        if trial["objective"] == "simulate":
+        if trial.objective == "simulate":
             result = checked(objectives.simulate(trial))
         elif workers > 1:
-            result = checked(train_data_parallel(trial, workers, worker_resources or {}, data_parallel_dir))
+            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir))
         else:
             result = checked(objectives.train(trial, report=tune.report))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
@@ -424,9 +422,10 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     tune.report(result)
 
 
-def train_data_parallel(trial: dict[str, Any], workers: int, resources: dict[str, float],
+def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
                         storage: str) -> dict[str, Any]:
-    """Train one trial data-parallel on ``workers`` Ray Train workers of ``resources`` each (Ray Train V2's
+    """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
+    of ``resources`` each (Ray Train V2's
     ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
     this trial). Ray Train retries nothing (Tune's ``FailureConfig`` does, as for every trial); the final result
     comes back from rank 0 as a JSON file under ``storage`` (the sweep's storage, which every node sees), where
@@ -440,7 +439,7 @@ def train_data_parallel(trial: dict[str, Any], workers: int, resources: dict[str
     gpus = resources.get("gpu", 0.0)
     trainer = TorchTrainer(
         functools.partial(_data_parallel_worker, result_file=final.path),
-        train_loop_config=trial,
+        train_loop_config=params,
         torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
                                                resources_per_worker={"CPU": resources.get("cpu", 1.0),
@@ -454,14 +453,14 @@ def train_data_parallel(trial: dict[str, Any], workers: int, resources: dict[str
     return result
 
 
-def _data_parallel_worker(trial: dict[str, Any], result_file: str) -> None:
+def _data_parallel_worker(params: dict[str, Any], result_file: str) -> None:
     """One Ray Train worker: train on this worker's share (objectives.train), report progress from every
     worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
     import ray.train
     import ray.train.torch
     import torch.distributed as dist
 
-    trial = {**trial, "device": str(ray.train.torch.get_device())}
+    trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
     result = objectives.train(trial, report=ray.train.report)
     nodes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
@@ -517,8 +516,8 @@ class Receipt(JsonFile):
     """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/``, named by a hash of its trial
     key and config."""
 
-    def __init__(self, folder: str, key: str, trial_config: dict[str, Any]):
-        blob = json.dumps({"key": key, "trial": trial_config}, sort_keys=True, default=str)
+    def __init__(self, folder: str, key: str, params: dict[str, Any]):
+        blob = json.dumps({"key": key, "trial": params}, sort_keys=True, default=str)
         super().__init__(f"{folder.rstrip('/')}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json")
 
     def load(self) -> dict[str, Any] | None:
@@ -563,7 +562,7 @@ class TrackingCallback(Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         meta = trial.config["meta"]
-        self._safely(self.tracker.start, meta["trial_key"], meta, trial.config["trial"])
+        self._safely(self.tracker.start, meta["trial_key"], meta, TrialConfig.from_params(trial.config["trial"]))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if "status" not in result:  # a progress report, not the final result
@@ -937,12 +936,12 @@ def _log_if_missing(tracker: TrialTracker, result: Any, receipts: str) -> None:
     if result.error is not None:
         reason = failure_reason(_error_log(result))
         if not is_disk_error(reason):  # a disk error is no outcome: the trial runs again on --resume
-            tracker.start(key, meta, trial)
+            tracker.start(key, meta, TrialConfig.from_params(trial))
             tracker.fail(key, reason)
         return
     final = Receipt(receipts, key, trial).load() or result.metrics or {}
     if "status" in final:
-        tracker.start(key, meta, trial)
+        tracker.start(key, meta, TrialConfig.from_params(trial))
         tracker.finish(key, final)
 
 

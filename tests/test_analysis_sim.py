@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from loopscale.model import PAPER_LAW, JointLaw
-from loopscale.objectives import simulate
+from loopscale.objectives import TrialConfig, simulate
 
 # PAPER.md, "The grid": budget -> widths s, for each r in {1, 2, 4, 8}.
 PAPER_GRID = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),
@@ -24,10 +24,10 @@ BATCH = 262_144
 
 def trial_configs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0,
                   grid: dict[float, tuple[int, ...]] = PAPER_GRID,
-                  recurrences: tuple[int, ...] = RECURRENCES) -> list[dict[str, Any]]:
-    return [{"budget_flops": c, "r": r, "s": float(s), "template": dict(TEMPLATE), "batch_tokens": BATCH,
-             "seed": seed, "objective": "simulate", "law": law.to_dict(), "noise": noise,
-             "cell_noise": 0.0, "misspec": 0.0}  # independent noise only: these tests know its size exactly
+                  recurrences: tuple[int, ...] = RECURRENCES) -> list[TrialConfig]:
+    return [TrialConfig(budget_flops=c, r=r, s=float(s), template=dict(TEMPLATE), batch_tokens=BATCH, seed=seed,
+                        objective="simulate", law=law.to_dict(), noise=noise,
+                        cell_noise=0.0, misspec=0.0)  # independent noise only: these tests know its size exactly
             for c, widths in grid.items() for r in recurrences for s in widths]
 
 
@@ -42,8 +42,8 @@ def paper_runs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0, **g
     return pd.DataFrame(rows)
 
 
-def log_sweep(tracking_uri: str, experiment: str, configs: list[dict[str, Any]], artifact_dir: Path, *,
-              extra: list[tuple[dict[str, Any], dict[str, str]]] = ()) -> str:
+def log_sweep(tracking_uri: str, experiment: str, configs: list[TrialConfig], artifact_dir: Path, *,
+              extra: list[tuple[TrialConfig, dict[str, str]]] = ()) -> str:
     """Log trials to MLflow with the search's own writer (``search.tracking.TrialTracker``, as the driver of a
     sweep does, without Ray): a parent run, then one run per trial with the search's tags (cell keys included),
     params and metrics.
@@ -69,7 +69,7 @@ def log_sweep(tracking_uri: str, experiment: str, configs: list[dict[str, Any]],
         tracker.open()
         counts: dict[str, int] = {}
         for config, outcome in [(c, {}) for c in configs] + list(extra):
-            cell = cell_key(config["budget_flops"], config["r"])
+            cell = cell_key(config.budget_flops, config.r)
             counts[cell] = counts.get(cell, 0) + 1
             key = f"search/{cell}/{counts[cell]}"
             tracker.start(key, {"stage": "search", "cell": cell}, config)

@@ -18,12 +18,12 @@ from loopscale.objectives.train import compile_cache_dir
 SCRIPT = """
 import json, sys
 from torch._dynamo.utils import counters
-from loopscale.objectives import train
+from loopscale.objectives import TrialConfig, train
 cache = sys.argv[1]
 template = dict(depth=4, prelude=1, coda=1, width_unit=16, head_dim=16, seq_len=64, vocab_size=256)
-result = train(dict(budget_flops=2e9, s=1, r=2, template=template, batch_tokens=1024, seed=0, data={"source": "kjv"},
-                    cache_dir=cache, val_tokens=1024, num_threads=1,
-                    recipe={"ref_batch": 1024, "compile_cpu": True, "log_every": 1000}))
+result = train(TrialConfig(budget_flops=2e9, s=1.0, r=2, template=template, batch_tokens=1024, seed=0,
+                           data={"source": "kjv"}, cache_dir=cache, val_tokens=1024, num_threads=1,
+                           recipe={"ref_batch": 1024, "compile_cpu": True, "log_every": 1000}))
 print(json.dumps({"status": result["status"], "steps": result["steps"],
                   "hit": counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"],
                   "miss": counters["inductor"]["fxgraph_cache_miss"]}))

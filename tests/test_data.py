@@ -18,7 +18,7 @@ from loopscale.objectives import data_fingerprint, open_packed, prepare_data, sy
 from loopscale.objectives.data_sources import kjv_chapters
 from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
 from loopscale.objectives.train import trial_data
-from loopscale.objectives.trial import model_config
+from loopscale.objectives import TrialConfig
 
 T = 128
 VAL_TOKENS = 8192
@@ -77,11 +77,11 @@ def test_validation_and_training_documents_are_disjoint(kjv):
 
 def test_two_architectures_see_identical_batches(cache_dir):
     """Trials of one sweep that differ in shape read byte-identical training batches and validation rows."""
-    base = dict(budget_flops=1e12, batch_tokens=4096, seed=0, data={"source": "kjv"}, cache_dir=cache_dir,
+    base = dict(budget_flops=1e12, batch_tokens=4096, data={"source": "kjv"}, cache_dir=cache_dir,
                 val_tokens=VAL_TOKENS, template=TEMPLATE)
-    looped, plain = dict(base, s=8, r=4, seed=1), dict(base, s=2, r=1)
-    (a, rows_a), (b, rows_b) = (trial_data(tc, model_config(tc)) for tc in (looped, plain))
-    assert model_config(looped).width != model_config(plain).width and rows_a == rows_b == 32
+    looped, plain = TrialConfig(**base, s=8.0, r=4, seed=1), TrialConfig(**base, s=2.0, r=1, seed=0)
+    (a, rows_a), (b, rows_b) = (trial_data(tc, tc.model_config) for tc in (looped, plain))
+    assert looped.model_config.width != plain.model_config.width and rows_a == rows_b == 32
     steps = len(a.train) // rows_a + 3  # cross an epoch boundary
     for step in (0, 1, 2, steps - 4, steps - 3, steps - 1):
         assert a.train_batch(step, rows_a).tobytes() == b.train_batch(step, rows_b).tobytes()

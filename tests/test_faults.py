@@ -7,6 +7,7 @@ count and exclude them, saying why. Real Ray, real MLflow sqlite, nothing mocked
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -23,7 +24,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from loopscale.analysis import exclusions, load_runs
-from loopscale.objectives import simulate
+from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.tune_runner import Receipt, run_search
@@ -50,30 +51,30 @@ def journal_events(path: Path) -> Counter:
 
 
 # ---- the hook itself, without Ray ------------------------------------------------------------------------
-def trial_config(tmp_path: Path, fault: str, **extra: Any) -> dict[str, Any]:
+def trial_config(tmp_path: Path, fault: str, **extra: Any) -> TrialConfig:
     spec = SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=1e+12,r=1/s=2": fault}, budgets=[1e12], recurrences=[1],
                                                 testing={"journal": str(tmp_path / "journal.jsonl")}))
     (cell,) = spec.cells()
     config = spec.trial_config(cell, 2.0)
-    return {**config, "testing": {**config["testing"], **extra}}
+    return dataclasses.replace(config, testing={**config.testing, **extra})
 
 
 def test_raise_and_nan_faults_and_once_uses_the_journal(tmp_path):
     config = trial_config(tmp_path, "raise-once")
-    assert config["testing"]["faults"] == {"2": "raise-once"}
+    assert config.testing["faults"] == {"2": "raise-once"}
     with pytest.raises(RuntimeError, match="injected fault"):
         simulate(config)
     clean = simulate(config)  # the second execution: no fault, the trial's usual loss
     assert clean["status"] == "ok" and math.isfinite(clean["val_loss"])
-    assert simulate({**config, "s": 3.0})["status"] == "ok"  # other widths of the cell are not touched
+    assert simulate(dataclasses.replace(config, s=3.0))["status"] == "ok"  # other widths of the cell are not touched
     events = journal_events(tmp_path / "journal.jsonl")
     assert events[("start", 1e12, 1, 2.0)] == 2 and events[("end", 1e12, 1, 2.0)] == 1
 
-    nan = simulate({**config, "testing": {**config["testing"], "faults": {"2": "nan"}}})
+    nan = simulate(dataclasses.replace(config, testing={**config.testing, "faults": {"2": "nan"}}))
     assert nan["status"] == "ok" and math.isnan(nan["val_loss"])  # an objective that misses its own divergence
 
 
-def _run_simulate(config: dict[str, Any]) -> None:
+def _run_simulate(config: TrialConfig) -> None:
     simulate(config)
 
 
@@ -93,7 +94,7 @@ def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
     first.start()
     first.join(timeout=2)
     assert first.is_alive()  # held: only one start in the journal
-    second = simulate({**config, "s": 3.0})  # the second trial starts, so both go on
+    second = simulate(dataclasses.replace(config, s=3.0))  # the second trial starts, so both go on
     first.join(timeout=60)
     assert first.exitcode == 0 and second["status"] == "ok"
     events = journal_events(tmp_path / "journal.jsonl")
@@ -127,8 +128,8 @@ def test_a_production_spec_cannot_trip_the_aids_and_they_leave_the_hash_alone(tm
     with_aids = SweepSpec.from_toml(aided)
     assert with_aids.spec_hash == plain.spec_hash and with_aids.design() == plain.design()
     (cell,) = with_aids.cells()
-    assert with_aids.trial_config(cell, 2.0)["testing"] == {"delay_s": 0.5, "faults": {"2": "raise"}}
-    assert "testing" not in plain.trial_config(cell, 2.0)
+    assert with_aids.trial_config(cell, 2.0).testing == {"delay_s": 0.5, "faults": {"2": "raise"}}
+    assert plain.trial_config(cell, 2.0).testing is None and "testing" not in plain.trial_config(cell, 2.0).to_params()
     monkeypatch.delenv("LOOPSCALE_TESTING")
     with pytest.raises(ValueError, match=r"^aided.toml: \[testing\] is for loopscale's own tests \(set "
                                          r"LOOPSCALE_TESTING=1 to use it\)$"):

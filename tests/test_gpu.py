@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from loopscale.model import LoopedConfig, LoopedLM, runtime
-from loopscale.objectives import train
+from loopscale.objectives import TrialConfig, train
 from loopscale.objectives.peak import device_peak_flops, peak_description
 from loopscale.objectives.recipe import build_optimizers, group_lrs, normalize_recipe
 
@@ -21,9 +21,10 @@ TEMPLATE = dict(depth=6, prelude=1, coda=1, width_unit=64, head_dim=64, seq_len=
 
 
 def tiny_trial(tmp_path, device, bf16, compile_):
-    return {"budget_flops": 2e11, "r": 2, "s": 2.0, "template": TEMPLATE, "batch_tokens": 8192, "seed": 0,
-            "objective": "train", "data": {"source": "kjv"}, "device": device, "cache_dir": str(tmp_path),
-            "val_tokens": 8192, "recipe": {"optimizer": "muonh", "log_every": 5, "bf16": bf16, "compile": compile_}}
+    return TrialConfig(budget_flops=2e11, r=2, s=2.0, template=TEMPLATE, batch_tokens=8192, seed=0,
+                       objective="train", data={"source": "kjv"}, device=device, cache_dir=str(tmp_path),
+                       val_tokens=8192, recipe={"optimizer": "muonh", "log_every": 5, "bf16": bf16,
+                                                "compile": compile_})
 
 
 def test_cuda_trial_trains_like_the_cpu_trial(tmp_path):

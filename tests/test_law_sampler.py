@@ -15,7 +15,7 @@ import pytest
 
 from loopscale.analysis import cell_optima
 from loopscale.model import PAPER_LAW
-from loopscale.objectives import simulate
+from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
 from loopscale.search.law_sampler import CellGeometry, LawSurrogate
 from loopscale.search.tune_runner import CellSearcher, make_studies
@@ -46,7 +46,7 @@ def drive(searcher: CellSearcher, steps: int | None = None) -> list[tuple[str, f
         config = searcher.suggest(f"t{len(trials)}")
         if config is None or config == CellSearcher.FINISHED:
             break
-        searcher.on_trial_complete(f"t{len(trials)}", simulate(config["trial"]))
+        searcher.on_trial_complete(f"t{len(trials)}", simulate(TrialConfig.from_params(config["trial"])))
         trials.append((config["meta"]["cell"], config["trial"]["s"], tuple(config["trial"].get("branch_budgets", []))))
     return trials
 
@@ -196,8 +196,8 @@ def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reac
     assert all(b < cells[cell].budget for cell, _, branches in first for b in branches)  # only into smaller cells
 
     def flops(trials, sweep_spec):
-        return sum(simulate({**sweep_spec.trial_config(cells[cell], s), "branch_budgets": list(b)})["flops_spent"]
-                   for cell, s, b in trials)
+        return sum(simulate(dataclasses.replace(sweep_spec.trial_config(cells[cell], s), branch_budgets=b))[
+            "flops_spent"] for cell, s, b in trials)
     assert flops(first, branched) < flops(plain, spec)
     # every point a branch recorded is a result of its own cell in the surrogate
     searcher = CellSearcher(make_studies(branched, "search", None))

@@ -7,6 +7,7 @@ import pickle
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from loopscale.objectives import TrialConfig
 from loopscale.search import SweepSpec
 from loopscale.search.tracking import TrialTracker, discard_stage_runs, open_sweep
 from test_spec import write_spec
@@ -14,8 +15,9 @@ from test_spec import write_spec
 META = {"stage": "search", "cell": "C=1e+12,r=1"}
 
 
-def config(s: float) -> dict:
-    return {"budget_flops": 1e12, "r": 1, "s": s, "objective": "simulate", "template": {"depth": 6}}
+def config(s: float) -> TrialConfig:
+    return TrialConfig(budget_flops=1e12, r=1, s=float(s), objective="simulate", template={"depth": 6},
+                       batch_tokens=2048)
 
 
 def result(loss: float) -> dict:
@@ -74,7 +76,7 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
     third.fail("search/a/5", "ValueError: math domain error")
     third.close()
     by_key = {r.data.tags["trial_key"]: r for r in runs(spec, experiment_id)}
-    assert by_key["search/a/4"].data.params["s"] == "6"
+    assert by_key["search/a/4"].data.params["s"] == "6.0"
     assert (by_key["search/a/4"].data.tags["status"], by_key["search/a/4"].info.status) == ("diverged", "FINISHED")
     assert by_key["search/a/4"].data.tags["reason"] == "loss exploded"
     assert (by_key["search/a/5"].data.tags["status"], by_key["search/a/5"].info.status) == ("failed", "FAILED")

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
-from loopscale.objectives import METRIC_KEYS, RECIPE_DEFAULTS, device_peak_flops, simulate, train, validate_recipe
+from loopscale.objectives import (METRIC_KEYS, RECIPE_DEFAULTS, TrialConfig, device_peak_flops, simulate, train,
+                                  validate_recipe)
 from loopscale.objectives.peak import peak_description
 from loopscale.objectives import lr_rules
 from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, trial_lrs
 from loopscale.objectives.train import trial_data
-from loopscale.objectives.trial import model_config
 
 T = 128
 BATCH = 4096
@@ -27,9 +28,9 @@ def cache_dir(tmp_path_factory):
 
 def trial(cache_dir, s, r, budget, recipe=None, **extra):
     """Rates quoted at this batch (ref_batch): the paper's 262,144-token anchor is 64x away."""
-    return dict(budget_flops=budget, s=s, r=r, template=TEMPLATE, batch_tokens=BATCH, seed=0,
-                data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=8192, num_threads=1,
-                recipe={"ref_batch": BATCH, **(recipe or {})}, **extra)
+    return TrialConfig(budget_flops=float(budget), s=float(s), r=r, template=TEMPLATE, batch_tokens=BATCH, seed=0,
+                       data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=8192, num_threads=1,
+                       recipe={"ref_batch": BATCH, **(recipe or {})}, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def small(cache_dir):
 def test_trial_finishes_within_one_step_of_its_budget_and_beats_unigram(small, cache_dir):
     metrics, reports = small
     config = trial(cache_dir, 2, 2, 2e11)
-    packed, _ = trial_data(config, model_config(config))
+    packed, _ = trial_data(config, config.model_config)
     assert set(metrics) == set(METRIC_KEYS) == set(simulate(trial(cache_dir, 2, 2, 2e11)))
     assert metrics["status"] == "ok" and metrics["reason"] == ""
     step_flops = metrics["flops_per_token"] * BATCH
@@ -90,11 +91,15 @@ def test_gradient_accumulation_matches_the_whole_batch(cache_dir):
     assert accumulated["val_loss"] == pytest.approx(whole["val_loss"], abs=2e-3)
 
 
-def test_budget_too_small_and_bad_batch_fail_before_work(cache_dir):
-    with pytest.raises(ValueError, match="buys no optimizer step"):
-        train(trial(cache_dir, 2, 2, 1e6))
-    with pytest.raises(ValueError, match="not a multiple of seq_len"):
-        train(dict(trial(cache_dir, 2, 2, 2e11), batch_tokens=4000))
+def test_budget_too_small_and_bad_batch_cannot_make_a_trial(cache_dir):
+    """A trial whose budget buys no step, or whose batch is not whole rows, is refused in one line where it is
+    built (or changed), so training never meets one; the micro-batch depends on the workers sharing each step
+    and is checked by training, before any work."""
+    with pytest.raises(ValueError, match=r"^trial config: budget 1e\+06 FLOPs buys no optimizer step of 4096 tokens "
+                                         r"at width 32 \(s=2, r=2\)$"):
+        trial(cache_dir, 2, 2, 1e6)
+    with pytest.raises(ValueError, match="^trial config: batch_tokens 4000 is not a multiple of seq_len 128$"):
+        dataclasses.replace(trial(cache_dir, 2, 2, 2e11), batch_tokens=4000)
     with pytest.raises(ValueError, match="micro_batch 1000 must be a multiple"):
         train(trial(cache_dir, 2, 2, 2e11, recipe={"micro_batch": 1000}))
 
@@ -198,7 +203,7 @@ def test_paper_grid_matrix_rates_span_papers_range():
             4.64e18: (10, 12, 14, 16, 18, 20), 1e19: (12, 16, 18, 20, 24), 2.15e19: (18, 24, 28, 34)}
     template = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, vocab_size=32064, seq_len=2048,
                     injection="linear")
-    rates = [trial_lrs(dict(budget_flops=c, s=s, r=r, template=template, batch_tokens=262_144,
-                            recipe={"optimizer": "muonh"}))["matrices"]
+    rates = [trial_lrs(TrialConfig(budget_flops=c, s=float(s), r=r, template=template, batch_tokens=262_144,
+                                   recipe={"optimizer": "muonh"}))["matrices"]
              for c, widths in grid.items() for s in widths for r in (1, 2, 4, 8)]
     assert round(min(rates), 4) == 0.0072 and round(max(rates), 3) == 0.020

@@ -3,16 +3,17 @@ from its constant phase; each branch is a point of the runs table with the accou
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from loopscale.analysis.flops import flops_spent
 from loopscale.analysis.runs import validate_runs
 from loopscale.model import flops_per_token, tokens_for_budget
-from loopscale.objectives import simulate, train, validate_recipe
+from loopscale.objectives import TrialConfig, simulate, train, validate_recipe
 from loopscale.objectives.branches import branch_budgets
 from loopscale.objectives.recipe import normalize_recipe, warmdown_start
-from loopscale.objectives.trial import model_config
 from test_train import BATCH, cache_dir, trial  # noqa: F401 (fixture)
 
 WSD = {"schedule": "wsd", "warmdown_frac": 0.25}
@@ -25,7 +26,7 @@ def branched(cache_dir):
 
 
 def test_branch_points_have_the_accountings_tokens_and_flops(branched, cache_dir):
-    config = model_config(trial(cache_dir, 2, 2, 1e11))
+    config = trial(cache_dir, 2, 2, 1e11).model_config
     f = flops_per_token(config)
     recipe = normalize_recipe(WSD)
     warmdown_tokens = 0
@@ -90,11 +91,12 @@ def test_a_simulated_trial_records_the_branches_its_config_asks_for_at_the_accou
     """The law sampler's per-trial branches (trial key ``branch_budgets``) in a simulated trial: the same steps,
     tokens, FLOPs and warmdown cost as a training trial records, the point's own cell's offset and curve, and
     the independent noise of the run it branched from."""
-    config = dict(budget_flops=1e19, s=16, r=2, template={"depth": 20, "prelude": 2, "coda": 2, "width_unit": 64,
-                  "head_dim": 128, "vocab_size": 32064}, batch_tokens=262144, seed=3, objective="simulate")
-    budgets = [2.15e18, 4.64e18]
-    branched = simulate({**config, "branch_budgets": budgets})
-    model = model_config(config)
+    config = TrialConfig(budget_flops=1e19, s=16.0, r=2, template={"depth": 20, "prelude": 2, "coda": 2,
+                         "width_unit": 64, "head_dim": 128, "vocab_size": 32064}, batch_tokens=262144, seed=3,
+                         objective="simulate")
+    budgets = (2.15e18, 4.64e18)
+    branched = simulate(dataclasses.replace(config, branch_budgets=budgets))
+    model = config.model_config
     f = flops_per_token(model)
     cost = 0
     for i, budget in enumerate(budgets):
@@ -104,14 +106,15 @@ def test_a_simulated_trial_records_the_branches_its_config_asks_for_at_the_accou
         assert branched[f"branch{i}.flops_spent"] == f * steps * 262144
         assert branched[f"branch{i}.cost_flops"] == f * (steps - fork) * 262144
         cost += (steps - fork) * 262144
-        outright = simulate({**config, "budget_flops": budget})
+        outright = simulate(dataclasses.replace(config, budget_flops=budget))
         assert outright["tokens"] == branched[f"branch{i}.tokens"]
         # same point, same cell deviation; only the run's own noise differs (the branch shares its trial's)
-        quiet = {**config, "noise": 0.0}
-        assert simulate({**quiet, "branch_budgets": budgets})[f"branch{i}.val_loss"] == pytest.approx(
-            simulate({**quiet, "budget_flops": budget})["val_loss"], rel=1e-12)
+        quiet = dataclasses.replace(config, noise=0.0)
+        assert simulate(dataclasses.replace(quiet, branch_budgets=budgets))[f"branch{i}.val_loss"] == pytest.approx(
+            simulate(dataclasses.replace(quiet, budget_flops=budget))["val_loss"], rel=1e-12)
         assert branched[f"branch{i}.val_loss"] != outright["val_loss"]
     plain = simulate(config)
     assert branched["val_loss"] == plain["val_loss"]  # branching does not change the trial's own point
     assert branched["flops_spent"] == plain["flops_spent"] + f * cost
-    assert branch_budgets({"recipe": {"branch_budgets": [6e10]}, "branch_budgets": [3e10, 6e10]}) == [3e10, 6e10]
+    both = dataclasses.replace(trial("", 2, 2, 1e11, {**WSD, "branch_budgets": [6e10]}), branch_budgets=(3e10, 6e10))
+    assert branch_budgets(both) == [3e10, 6e10]

@@ -47,7 +47,7 @@ import pandas as pd  # noqa: E402
 from loopscale.analysis import fit_joint_law  # noqa: E402
 from loopscale.analysis.isoflop import cell_optima  # noqa: E402
 from loopscale.model import JointLaw, LoopedConfig, count_params, flops_per_token  # noqa: E402
-from loopscale.objectives import simulate  # noqa: E402
+from loopscale.objectives import TrialConfig, simulate  # noqa: E402
 
 TOY_LAW = JointLaw(E=0.377, A=14.78, alpha=0.414, B=7.356, beta=0.119, phi=0.46)
 BATCH = 4096
@@ -123,7 +123,7 @@ def simulated_runs(design: Design, seed: int, noise: float) -> pd.DataFrame:
             config = {"budget_flops": budget, "r": t["r"], "s": float(t["s"]), "template": design.template,
                       "batch_tokens": BATCH, "seed": seed, "objective": "simulate", "law": TOY_LAW.to_dict(),
                       "noise": noise, "cell_noise": noise / 2, "misspec": noise / 2}
-            m = simulate(config)
+            m = simulate(TrialConfig(**config))
             if m["steps"] >= 20:
                 rows.append({"stage": "search", **{k: v for k, v in m.items() if k != "reason"}, "reason": ""})
     return pd.DataFrame(rows)

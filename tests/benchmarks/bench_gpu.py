@@ -23,7 +23,7 @@ import time
 import torch
 
 from loopscale.model import LoopedConfig, flops_per_token
-from loopscale.objectives import prepare_data, train
+from loopscale.objectives import TrialConfig, prepare_data, train
 from loopscale.objectives.peak import device_peak_flops, peak_description
 
 TEMPLATE = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, seq_len=2048, vocab_size=32064)
@@ -39,7 +39,7 @@ def measure(s: float, r: int, steps: int, micro: int, cache_dir: str) -> dict[st
              "batch_tokens": BATCH_TOKENS, "seed": 0, "objective": "train", "data": DATA, "device": "cuda",
              "cache_dir": cache_dir, "val_tokens": 4 * TEMPLATE["seq_len"],
              "recipe": {"optimizer": "muonh", "micro_batch": micro, "log_every": 2, "bf16": True, "compile": True}}
-    result = train(trial, report=lambda m: marks.append((m["tokens"], time.perf_counter())))
+    result = train(TrialConfig(**trial), report=lambda m: marks.append((m["tokens"], time.perf_counter())))
     (tokens_a, t_a), (tokens_b, t_b) = marks[1], marks[-1]
     tokens_per_s = (tokens_b - tokens_a) / (t_b - t_a)
     return {"width": config.width, "tokens_per_s": tokens_per_s,

@@ -23,23 +23,23 @@ import json
 import tempfile
 import time
 
-from loopscale.objectives import train, trial_lrs
+from loopscale.objectives import TrialConfig, train, trial_lrs
 
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=8, head_dim=8, injection="linear", vocab_size=256, seq_len=128)
 RATES = {"muon": (0.04, 0.08, 0.16), "muonh": (0.028, 0.056, 0.112)}  # base rates (MuonH's move by the data rule)
 
 
-def trial(cache_dir: str, optimizer: str, base_lr: float, r: int, injection: str = "linear") -> dict:
-    return dict(budget_flops=6e11, s=3, r=r, template={**TEMPLATE, "injection": injection}, batch_tokens=4096,
-                seed=0, data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=32768, num_threads=1,
-                recipe={"optimizer": optimizer, "base_lr": base_lr, "ref_batch": 4096})
+def trial(cache_dir: str, optimizer: str, base_lr: float, r: int, injection: str = "linear") -> TrialConfig:
+    return TrialConfig(budget_flops=6e11, s=3.0, r=r, template={**TEMPLATE, "injection": injection},
+                       batch_tokens=4096, seed=0, data={"source": "kjv"}, cache_dir=cache_dir, val_tokens=32768, num_threads=1,
+                       recipe={"optimizer": optimizer, "base_lr": base_lr, "ref_batch": 4096})
 
 
-def run(config: dict) -> dict:
+def run(config: TrialConfig) -> dict:
     started = time.time()
     metrics = train(config)
-    return dict(optimizer=config["recipe"]["optimizer"], injection=config["template"]["injection"], r=config["r"],
-                base_lr=config["recipe"]["base_lr"], lr=round(trial_lrs(config)["matrices"], 4),
+    return dict(optimizer=config.recipe["optimizer"], injection=config.template["injection"], r=config.r,
+                base_lr=config.recipe["base_lr"], lr=round(trial_lrs(config)["matrices"], 4),
                 steps=metrics["steps"], val_loss=round(metrics["val_loss"], 4), status=metrics["status"],
                 wall_s=round(time.time() - started, 1))
 

@@ -1,33 +1,34 @@
-"""How close ``loopscale plan``'s wall-time estimate comes to the sweep it plans (run on demand; prints figures,
-asserts nothing). Take the figure on idle cores: the probe and the sweep share the machine with anything else.
+"""How close ``loopscale plan``'s wall-time estimate comes to the command it plans, part by part (run on demand;
+prints figures, asserts nothing). The probe and the sweep share the machine with anything else: take the figure
+on idle cores, or compare only estimate and sweep run at the same load (both printed with the load average).
 
-    python tests/benchmarks/bench_plan_estimate.py [--set KEY=VALUE ...]
+    python tests/benchmarks/bench_plan_estimate.py [--set KEY=VALUE ...] [--full]
 
-Plans and then runs the demo preset, by default cut down with ``--set`` to a few minutes (one budget, r = 1
-and 2, two trials per cell, one calibration trial); more ``--set`` items change it further (``--full`` runs the
-whole demo). Prints the estimate, the measured wall time of ``loopscale search`` and their ratio, and each
-trial's measured training seconds against two prices from the same probe: the step-time model's (a fixed cost
-per step plus FLOPs at a rate) and one FLOP rate for every width (the rate of the middle cell's first guess,
-the estimate ``plan`` used before), so the comparison of the two models does not depend on the machine's load.
+Plans and then runs the demo preset, by default cut down with ``--set`` to a few minutes (two budgets, r = 1
+and 2, two trials per cell, two calibration trials: a calibration stage, a search stage with warmdown branches
+and a last long trial, then the analysis); more ``--set`` items change it further (``--full`` runs the whole
+demo). Prints each part of the estimate (start, each stage, the analysis) against the same part measured
+(the stages' own "in H:MM:SS" lines, ``loopscale analyze`` timed alone), the whole command's ratio, and each
+trial's measured seconds against the step model's price from the same probe.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from loopscale.model import flops_per_token
 from loopscale.search import SweepSpec
-from loopscale.search.plan import estimate_seconds, measure_throughput
+from loopscale.search.plan import _trial_seconds, estimate, measure_throughput, render_estimate
 
-SMALL = ["budgets=[3e11]", "recurrences=[1, 2]", "trials_per_cell=2", "calibrate.trials=1"]
+SMALL = ["budgets=[6e10, 2e11]", "recurrences=[1, 2]", "trials_per_cell=2", "calibrate.trials=2"]
+STAGE_LINE = re.compile(r"^(calibrate|search): \d+/\d+ trials, .* in (\d+):(\d\d):(\d\d)$", re.M)
 
 
 def main() -> None:
@@ -36,40 +37,50 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the whole demo preset, no cuts")
     args = parser.parse_args()
     sets = ([] if args.full else SMALL) + args.sets
-    print(f"load average before: {os.getloadavg()}")
+    print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"sqlite:///{tmp}/mlflow.db"
         spec = SweepSpec.from_toml("demo", sets, tracking_uri=uri, storage=f"{tmp}/tune", cache_dir=f"{tmp}/cache")
         started = time.perf_counter()
         throughput = measure_throughput(spec)
         probe_s = time.perf_counter() - started
-        estimate = estimate_seconds(spec, throughput)
+        parts = estimate(spec, throughput)
         print(f"probe: {probe_s:.1f} s; step {throughput.step_s * 1e3:.0f} ms + FLOPs at "
-              f"{throughput.flops_per_s / 1e9:.2f} GFLOP/s ({throughput.shape})")
+              f"{throughput.flops_per_s / 1e9:.2f} GFLOP/s, {throughput.side_by_side} at once ({throughput.shape})")
+        print("\n".join(render_estimate(spec, parts)), flush=True)
+
         argv = [sys.executable, "-m", "loopscale.search.cli", "search", "demo", "--tracking-uri", uri]
         argv += [a for item in sets for a in ("--set", item)]
         argv += ["--set", f'storage="{tmp}/tune"', "--set", f'cache_dir="{tmp}/cache"']
         started = time.perf_counter()
-        subprocess.run(argv, check=True, cwd=tmp, stdout=subprocess.DEVNULL)
-        measured = time.perf_counter() - started
-        print(f"estimate {estimate:.0f} s, measured {measured:.0f} s, estimate / measured = {estimate / measured:.2f}")
-        middle = spec.cells()[len(spec.cells()) // 2]
-        guess_flops = flops_per_token(spec.model(middle.first_guess, middle.r)) * spec.batch_tokens
-        one_rate = guess_flops / throughput.step_seconds(guess_flops)
-        print(f"one rate for every width (s={middle.first_guess:g} r={middle.r}): {one_rate / 1e9:.2f} GFLOP/s")
+        out = subprocess.run(argv, check=True, cwd=tmp, capture_output=True, text=True).stdout
+        search_s = time.perf_counter() - started
+        started = time.perf_counter()
+        analyzed = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "analyze", "--experiment",
+                                   spec.name, "--tracking-uri", uri], cwd=tmp, capture_output=True, text=True)
+        analysis_s = time.perf_counter() - started
+        print(f"load average after the sweep and analysis: {os.getloadavg()}")
+
+        stages = {m[1]: int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4]) for m in STAGE_LINE.finditer(out)}
+        print(f"{'part':<12} {'estimate':>9} {'measured':>9} {'est/meas':>9}")
+        rows = [("start+rest", parts.start_s, search_s - sum(stages.values()))]
+        rows += [(stage, parts.stages[stage][0], stages.get(stage, float("nan"))) for stage in parts.stages]
+        rows += [("search cmd", parts.sweep_s, search_s)]
+        rows += [("analysis", parts.analysis_s, analysis_s if analyzed.returncode == 0 else float("nan"))]
+        rows += [("whole", parts.total_s, search_s + analysis_s)]
+        for name, est, measured in rows:
+            print(f"{name:<12} {est:>8.0f}s {measured:>8.0f}s {est / measured:>9.2f}")
+        if analyzed.returncode:
+            print(f"analyze failed (exit {analyzed.returncode}): {analyzed.stderr.strip().splitlines()[-1:]}")
+
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(spec.name)
+        cells = {(stage, c.key): c for stage in ("calibrate", "search") for c in spec.cells(stage)}
         for run in client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'"):
-            m = run.data.metrics
-            config = spec.model(m["s"], int(m["r"]))
-            step_flops = flops_per_token(config) * spec.batch_tokens
-            priced = m["steps"] * throughput.step_seconds(step_flops)
-            flat = m["steps"] * step_flops / one_rate
-            trained = m["tokens"] / m["tokens_per_s"]
-            print(f"  {run.info.run_name:<28} trained {trained:6.1f} s, step model {priced:6.1f} s "
-                  f"({priced / trained:.2f}x), one rate {flat:6.1f} s ({flat / trained:.2f}x); "
-                  f"whole trial {m['wall_s']:.1f} s")
-    print(f"load average after: {os.getloadavg()}")
+            m, cell = run.data.metrics, cells[run.data.tags["stage"], run.data.tags["cell"]]
+            priced = _trial_seconds(spec, cell, m["s"], throughput)
+            print(f"  {run.info.run_name:<30} trial {m['wall_s']:6.1f} s, priced {priced:6.1f} s "
+                  f"({priced / m['wall_s']:.2f}x)")
 
 
 if __name__ == "__main__":

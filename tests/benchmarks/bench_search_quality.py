@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from loopscale.analysis import cell_optima, fit_joint_law  # noqa: E402
 from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
-from loopscale.objectives import simulate  # noqa: E402
+from loopscale.objectives import TrialConfig, simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.space import Cell, search_cell  # noqa: E402
 from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
@@ -89,7 +89,7 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
         if not running:
             return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
         clock, trial_id, config = heapq.heappop(running)
-        result = {**simulate(config["trial"]), "stage": "search"}
+        result = {**simulate(TrialConfig.from_params(config["trial"])), "stage": "search"}
         searcher.on_trial_complete(str(trial_id), result)
         rows.append(result)
 

@@ -26,7 +26,7 @@ import time
 import torch
 
 from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
-from loopscale.objectives import train
+from loopscale.objectives import TrialConfig, train
 from loopscale.objectives.peak import device_peak_flops, peak_description
 
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=16, head_dim=16, seq_len=128, vocab_size=256)
@@ -51,9 +51,9 @@ def bare_step_tokens_per_s(config: LoopedConfig, batch_tokens: int, steps: int) 
 
 
 def trial_config(s: float, r: int, budget: float, batch_tokens: int, cache_dir: str, threads: int,
-                 **recipe) -> dict:
-    return dict(budget_flops=budget, s=s, r=r, template=TEMPLATE, batch_tokens=batch_tokens, seed=0,
-                data={"source": "kjv"}, cache_dir=cache_dir, num_threads=threads, recipe=recipe)
+                 **recipe) -> TrialConfig:
+    return TrialConfig(budget_flops=float(budget), s=float(s), r=r, template=TEMPLATE, batch_tokens=batch_tokens,
+                       seed=0, data={"source": "kjv"}, cache_dir=cache_dir, num_threads=threads, recipe=recipe)
 
 
 def throughput(cache_dir: str, threads: int, batch_tokens: int, steps: int, compiled: bool = False,

@@ -18,16 +18,16 @@ import tempfile
 
 import numpy as np
 
-from loopscale.objectives import train
+from loopscale.objectives import TrialConfig, train
 
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=8, head_dim=8, seq_len=128, vocab_size=256)
 BATCH = 4096
 
 
-def trial(cache: str, s: float, budget: float, seed: int, recipe: dict) -> dict:
-    return dict(budget_flops=budget, s=s, r=2, template=TEMPLATE, batch_tokens=BATCH, seed=seed,
-                data={"source": "kjv", "seed": seed}, cache_dir=cache, val_tokens=16384, num_threads=1,
-                recipe={"ref_batch": BATCH, **recipe})
+def trial(cache: str, s: float, budget: float, seed: int, recipe: dict) -> TrialConfig:
+    return TrialConfig(budget_flops=float(budget), s=float(s), r=2, template=TEMPLATE, batch_tokens=BATCH,
+                       seed=seed, data={"source": "kjv", "seed": seed}, cache_dir=cache, val_tokens=16384, num_threads=1,
+                       recipe={"ref_batch": BATCH, **recipe})
 
 
 def main() -> None:
