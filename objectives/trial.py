@@ -134,6 +134,7 @@ class TrialConfig:
         values["branch_budgets"] = tuple(float(b) for b in values.get("branch_budgets", ()))
         return cls(**values)
 
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(f"trial config: {message}")
