@@ -351,7 +351,8 @@ class CellSearcher(Searcher):
                 ok = not error and result is not None and result.get("status") == "ok"
                 study = self._studies[key]
                 number = running.pop(trial_id)
-                branches = self._branch_points(study, trial_id, study.heads_of(number), result if ok else None)
+                branches = () if study.surrogate is None else self._branch_points(  # (a calibration has no width)
+                    study, trial_id, study.heads_of(number), result if ok else None)
                 study.tell(number, result.get(METRIC) if ok else None, branches)
                 return
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_a_second_trial_of_the_same_shape_reuses_the_compiled_graphs(tmp_path):
     first = run_trial(tmp_path)
     assert first["status"] == "ok" and first["steps"] > 0
     assert first["miss"] > 0 and first["hit"] == 0  # compiled from scratch ...
-    cached = Path(compile_cache_dir({"cache_dir": str(tmp_path)}))
+    cached = Path(compile_cache_dir(SimpleNamespace(cache_dir=str(tmp_path))))  # the trials' TrialConfig field
     assert any(cached.rglob("*")), "nothing was written to the sweep's compile cache"
     second = run_trial(tmp_path)
     assert second["status"] == "ok"
