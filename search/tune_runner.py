@@ -336,6 +336,8 @@ class CellSearcher(Searcher):
 
     def _branch(self, study: CellStudy, trial_id: str, heads: int, trial: TrialConfig) -> TrialConfig:
         """The trial with the warmdown branches the surrogate wants (``LawSurrogate.branches_for``)."""
+        if not study.surrogate.branches:  # (no reading of every cell's trials for a sweep without branches)
+            return trial
         busy = {k: s.tried() for k, s in self._studies.items()}
         targets = study.surrogate.branches_for(study.key, heads, busy)
         if not targets:
@@ -361,8 +363,6 @@ class CellSearcher(Searcher):
         """(cell, heads, loss) of every branch the trial announced (loss None if it did not record it) and of
         every other branch it recorded in a cell of this stage (the recipe's fixed ``branch_budgets``)."""
         expected = self._branches.pop(trial_id, [])
-        if study.surrogate is None:
-            return ()
         recorded = {}
         for i in itertools.count():
             budget = (result or {}).get(f"branch{i}.budget_flops")
@@ -635,17 +635,18 @@ class ProgressCallback(Callback):
         self._report(trial, None)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        searcher = LIVE_SEARCHERS.get(self.progress.stage)
-        if searcher is not None:
-            self.progress.finish(searcher.finished_cells())
+        self._finish_cells()
         print(self.progress.table(), flush=True)
 
     def _report(self, trial: Any, result: dict | None) -> None:
-        meta = trial.config["meta"]
-        searcher = LIVE_SEARCHERS.get(meta["stage"])
-        if searcher is not None:  # with the law sampler, cells stop before their cap
+        self._finish_cells()
+        print(self.progress.record(trial.config["meta"]["cell"], result, searched(trial)), flush=True)
+
+    def _finish_cells(self) -> None:
+        """Cells this stage's searcher takes no more trials in leave the plan (the law sampler stops cells early)."""
+        searcher = LIVE_SEARCHERS.get(self.progress.stage)
+        if searcher is not None:
             self.progress.finish(searcher.finished_cells())
-        print(self.progress.record(meta["cell"], result, searched(trial)), flush=True)
 
 
 def searched(trial: Any) -> float:
