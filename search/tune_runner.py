@@ -119,6 +119,18 @@ def log_grid(low: float, high: float, n: int) -> list[float]:
     return [low, *inner, high]  # the ends exactly: exp(log(x)) may land a hair outside [low, high]
 
 
+LR_STEP = 2.0  # the calibration's first bracket: the recipe's rate, half of it, twice it (the usual lr sweep step)
+
+
+def lr_bracket(current: Any, low: float, high: float) -> list[float]:
+    """The first rates a model-based calibration tries: the recipe's rate (else the log-middle of [low, high]),
+    then ``LR_STEP`` below and above it, inside [low, high]. A study started from the rate alone and random
+    draws may try only one side of it (the demo's tried 0.04 and then 0.085, 0.107, 0.13, all above, while
+    0.02 trained 0.11 nats better), so the optimum is bracketed before the model takes over."""
+    start = float(current) if _finite(current) and low <= current <= high else math.sqrt(low * high)
+    return [start, *(x for x in (start / LR_STEP, start * LR_STEP) if low <= x <= high)]
+
+
 def cell_seed(seed: int, stage: str, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}|{stage}|{key}".encode()).digest()[:4], "little")
 
@@ -177,8 +189,7 @@ class CellStudy:
             self.space = functools.partial(lr_space, low=cal.low, high=cal.high)
             self.lr_param, self.heads = cal.param, None
             grid = [{"lr": lr} for lr in log_grid(cal.low, cal.high, cal.trials)]
-            current = (spec.recipe or {}).get(cal.param)
-            guess = [{"lr": float(current)}] if _finite(current) and cal.low <= current <= cal.high else []
+            guess = [{"lr": lr} for lr in lr_bracket((spec.recipe or {}).get(cal.param), cal.low, cal.high)]
         else:
             self.heads = [space.heads(s, spec) for s in cell.widths]
             self.space = functools.partial(width_space, low=self.heads[0], high=self.heads[-1],

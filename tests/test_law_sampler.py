@@ -209,3 +209,18 @@ def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reac
             key = next(c.key for c in cells.values() if c.budget == b and c.r == cells[cell].r)
             assert heads in surrogate.results[key]
     assert all(not incoming for incoming in surrogate.incoming.values())
+
+
+@pytest.mark.parametrize("base_lr", [None, 0.12])
+def test_a_calibration_brackets_the_recipes_rate_before_its_model_takes_over(tmp_path, base_lr):
+    """The demo's calibration once tried 0.04 and then only rates above it while half of it trained 0.11 nats
+    better: its first trials are the rate, half of it and twice it (those inside [low, high])."""
+    demo = SweepSpec.from_toml("demo", tracking_uri=f"sqlite:///{tmp_path}/unused.db")
+    if base_lr is not None:
+        demo = dataclasses.replace(demo, recipe={**demo.recipe, "base_lr": base_lr})
+    cal, rate = demo.calibrate, demo.recipe["base_lr"]
+    searcher = CellSearcher(make_studies(demo, "calibrate", None))
+    tried = [searcher.suggest(f"c{i}")["trial"]["recipe"][cal.param] for i in range(3)]
+    expected = [x for x in (rate, rate / 2, rate * 2) if cal.low <= x <= cal.high]
+    assert tried[:len(expected)] == pytest.approx(expected)
+    assert len(expected) == (3 if base_lr is None else 2) and cal.low <= min(tried) and max(tried) <= cal.high
