@@ -8,7 +8,9 @@ Layout (``analysis`` reads exactly this):
   ``sweep, stage, cell, r, budget, objective, spec_hash, code_version, data_fingerprint, status, reason,
   trial_key`` and ``node`` (the id of the Ray node the trial ran on, once it finished); params = the trial
   config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every numeric metric of the trial's
-  final result at step = its optimizer steps, plus the ``train_loss`` curve.
+  final result at step = its optimizer steps, plus the ``train_loss`` curve. A trial whose receipt a full
+  disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
+  for ``--resume`` to write it back (``tune_runner.restore_receipts``).
 
 Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial: a trial whose
 run already FINISHED (or FAILED) is not logged again; a RUNNING run left by a killed driver is deleted and the
@@ -19,6 +21,7 @@ batched (``log_batch``): one call when a trial starts, curve points every ``flus
 from __future__ import annotations
 
 import fcntl
+import itertools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +42,7 @@ import sqlalchemy.exc
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
 from loopscale.objectives import METRIC_KEYS, TrialConfig
@@ -52,6 +56,7 @@ from .ui import VIEW_TAG, runs_view
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
 PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
+RECEIPT_TAG = "loopscale.receipt"  # + ".<i>": the pieces of a receipt the disk refused (TrialTracker.finish)
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
 
@@ -270,9 +275,10 @@ class TrialTracker:
         self._done: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (run, params) of a FINISHED/FAILED run
         self._stale: dict[str, str] = {}  # key -> RUNNING run left by a killed driver
         self._open: dict[str, _Open] = {}
+        self._carried: dict[str, str] = {}  # key -> the receipt a FINISHED run carries (``finish``)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None, "_done": {}, "_stale": {}, "_open": {}}
+        return {**self.__dict__, "_client": None, "_done": {}, "_stale": {}, "_open": {}, "_carried": {}}
 
     def open(self) -> None:
         """Read what the store already holds for this sweep (after a crash: finished and orphaned runs)."""
@@ -283,6 +289,10 @@ class TrialTracker:
                 self._stale[key] = run.info.run_id
             else:
                 self._done[key] = (run.info.run_id, dict(run.data.params))
+                pieces = (run.data.tags.get(f"{RECEIPT_TAG}.{i}") for i in itertools.count())
+                receipt = "".join(itertools.takewhile(lambda piece: piece is not None, pieces))
+                if receipt and run.info.status == "FINISHED":
+                    self._carried[key] = receipt
 
     def start(self, key: str, meta: dict[str, Any], trial: TrialConfig) -> None:
         """A trial starts (or restarts): its run is created with the first write, so a quick trial costs one
@@ -323,8 +333,10 @@ class TrialTracker:
         if time.monotonic() - entry.flushed_at >= self.flush_s:
             self._flush(entry)
 
-    def finish(self, key: str, result: dict[str, Any]) -> None:
-        """The trial's final result: metrics, status (``ok`` | ``diverged``) and reason; run FINISHED."""
+    def finish(self, key: str, result: dict[str, Any], receipt: str = "") -> None:
+        """The trial's final result: metrics, status (``ok`` | ``diverged``) and reason; run FINISHED. A
+        ``receipt`` (the disk refused it) goes into the run's ``RECEIPT_TAG`` tags, in pieces that fit the
+        tag length limit."""
         entry = self._open.pop(key, None)
         if entry is None:
             return
@@ -336,6 +348,8 @@ class TrialTracker:
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))
+        tags += [RunTag(f"{RECEIPT_TAG}.{i // MAX_TAG_VAL_LENGTH}", receipt[i:i + MAX_TAG_VAL_LENGTH])
+                 for i in range(0, len(receipt), MAX_TAG_VAL_LENGTH)]
         self._flush(entry, tags=tags)
         self._client.set_terminated(entry.run_id, RunStatus.to_string(RunStatus.FINISHED))
         self._done[key] = (entry.run_id, entry.params)
@@ -363,6 +377,11 @@ class TrialTracker:
     def logged(self) -> set[str]:
         """Trial keys whose run has ended, FINISHED or FAILED (after ``open``, with what this tracker logged)."""
         return set(self._done)
+
+    def carried_receipts(self, prefix: str = "") -> list[str]:
+        """The receipts the FINISHED runs read by ``open`` carry (``finish``), of trial keys starting with
+        ``prefix`` (a stage's)."""
+        return [text for key, text in self._carried.items() if key.startswith(prefix)]
 
     def _flush(self, entry: _Open, tags: list[RunTag] = ()) -> None:
         params = []

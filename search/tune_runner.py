@@ -48,6 +48,7 @@ os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 
 import ray
 from ray import tune
+from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_list, _internal_kv_put
 from ray.tune import Callback
 from ray.tune.result import EXPR_ERROR_FILE
 from ray.tune.search import Searcher
@@ -74,6 +75,9 @@ SNAPSHOT_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # seconds between Tune's experiment-s
 N_STARTUP = 3  # model-based proposals start after the first guess and two random widths (see the benchmark)
 STATE_FILE = "sweep.json"
 INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
+# ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
+UNSAVED_KEY = "unsaved_receipt"
+KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
 # Errors of the disk, not of the trial: retried on --resume instead of recorded as the trial's failure.
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 # What the driver is asked to stop for (a signal, a failing store or disk). Module level: Tune restores the
@@ -410,7 +414,9 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
     finds its receipt reports it instead of running again. Tune saves its experiment state every few seconds
     and copies it to storage in the background, so after a crash it restarts trials that had already
-    finished (and been logged); with the receipt none of them is simulated or trained twice.
+    finished (and been logged); with the receipt none of them is simulated or trained twice. A receipt the
+    disk refuses (full) travels in the report instead (``UNSAVED_KEY``), to the trial's MLflow run, from which
+    ``--resume`` writes it (``restore_receipts``) before Tune restarts the trial.
     """
     params = config["trial"]
     trial = TrialConfig.from_params(params)
@@ -430,8 +436,37 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
             try:
                 receipt.save(result)
             except OSError as exc:  # a full or failing disk: the result is sound, and the driver stops the sweep
-                result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}"}
+                carried = receipt.carried(result)
+                hold_unsaved(receipt, config, carried)
+                result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}",
+                          UNSAVED_KEY: carried}
     tune.report(result)
+
+
+def hold_unsaved(receipt: "Receipt", config: dict[str, Any], carried: str) -> None:
+    """Keep the ``Receipt.carried`` text of a trial's refused receipt, with the trial's config, in the Ray
+    cluster's key-value store (the GCS; Tune keeps its registry there too) under the receipt's path: the
+    driver logs it from there after Tune stops (``log_unsaved``). The trial's report carries it too, but a
+    report that arrives while Tune stops (as it does for a disk failure) is dropped."""
+    kept = {"meta": config["meta"], "trial": config["trial"], "receipt": carried}
+    _internal_kv_put(receipt.path, json.dumps(kept), namespace=KV_NAMESPACE)
+
+
+def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
+    """Log, with their receipts, the trials ``hold_unsaved`` kept for the stage whose receipts folder is
+    ``receipts`` (a trial logged already is left as it is: ``TrialTracker.start``), then forget them; how many
+    were held. Raises ``StoreFailure`` when the store fails."""
+    held = _internal_kv_list(f"{receipts.rstrip('/')}/", namespace=KV_NAMESPACE)
+    if held:
+        with store_errors():
+            tracker.open()
+            for name in held:
+                kept = json.loads(_internal_kv_get(name, namespace=KV_NAMESPACE))
+                meta, carried = kept["meta"], kept["receipt"]
+                tracker.start(meta["trial_key"], meta, TrialConfig.from_params(kept["trial"]))
+                tracker.finish(meta["trial_key"], json.loads(json.loads(carried)["text"]), carried)
+                _internal_kv_del(name, namespace=KV_NAMESPACE)
+    return len(held)
 
 
 def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
@@ -510,11 +545,15 @@ class JsonFile:
             raise ValueError(f"{self.path} is not a readable JSON document; remove it") from None
 
     def save(self, data: dict[str, Any]) -> None:
+        self.write(json.dumps(data))
+
+    def write(self, text: str) -> None:
+        """The document ``text``, written whole."""
         self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
         partial = f"{self._file}.{os.getpid()}.partial"
         try:
             with self._fs.open_output_stream(partial) as f:
-                f.write(json.dumps(data).encode())
+                f.write(text.encode())
             self._fs.move(partial, self._file)
         except BaseException:  # a full disk, or a kill: no half-written file left behind
             try:
@@ -539,6 +578,34 @@ class Receipt(JsonFile):
         except ValueError:
             return None
 
+    def carried(self, result: dict[str, Any]) -> str:
+        """The receipt of ``result`` as one text to keep elsewhere (the trial's MLflow run) while the disk
+        refuses it: its file name and the very text ``save`` writes; ``restore_receipts`` writes it back."""
+        return json.dumps({"file": self.path.rsplit("/", 1)[-1], "text": json.dumps(result)})
+
+
+def restore_receipts(carried: list[str], folder: str) -> int:
+    """Write each ``Receipt.carried`` text of ``carried`` (kept on the MLflow runs of trials that finished
+    while the disk was full) back as its receipt in ``folder`` where that receipt is missing or unreadable; how
+    many were written. Tune then restarts those trials (its state predates their end), and each reports its
+    receipt instead of running again. Raises ``StoreFailure`` when the disk still refuses them."""
+    written = 0
+    for text in carried:
+        receipt = json.loads(text)
+        target = JsonFile(f"{folder.rstrip('/')}/{receipt['file']}")
+        try:
+            if target.load() is not None:
+                continue
+        except ValueError:  # unreadable: no receipt (``Receipt.load``)
+            pass
+        try:
+            target.write(receipt["text"])
+        except OSError as exc:
+            raise StoreFailure(f"cannot write the receipts of trials that finished while the disk was full in "
+                               f"{folder}: {exc.strerror or exc}; free space, then resume again") from None
+        written += 1
+    return written
+
 
 def _trial_dirname(trial: Any) -> str:
     return trial.trial_id
@@ -552,7 +619,8 @@ class TrackingCallback(Callback):
     record a store failure as the failure of every trial it touched): it asks Tune for a graceful stop
     instead, and the trials it could not log are logged from their receipts on --resume."""
 
-    keeper: StateKeeper | None = None  # (a class default: a callback pickled before it existed restores too)
+    keeper: StateKeeper | None = None  # (class defaults: a callback pickled before they existed restores too)
+    store_failed = False
 
     def __init__(self, tracker: TrialTracker, disks: dict[str, str] | None = None,
                  keeper: StateKeeper | None = None):
@@ -561,6 +629,7 @@ class TrackingCallback(Callback):
         self.keeper = keeper
 
     def setup(self, **info: Any) -> None:
+        self.store_failed = False  # (a resumed stage: the store is tried afresh)
         self._safely(self.tracker.open)
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
@@ -581,9 +650,11 @@ class TrackingCallback(Callback):
             self._safely(self.tracker.curve, trial.config["meta"]["trial_key"], result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._safely(self.tracker.finish, trial.config["meta"]["trial_key"], trial.last_result)
-        if (trial.last_result or {}).get(INFRA_KEY):
-            STOP.fail(trial.last_result[INFRA_KEY])
+        result = trial.last_result or {}
+        # (a receipt the disk refused goes onto the run, for --resume to write it back)
+        self._safely(self.tracker.finish, trial.config["meta"]["trial_key"], result, result.get(UNSAVED_KEY, ""))
+        if result.get(INFRA_KEY):
+            STOP.fail(result[INFRA_KEY])
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         reason = error_reason(trial)
@@ -597,13 +668,16 @@ class TrackingCallback(Callback):
             self._safely(self.tracker.close)
 
     def _safely(self, call: Any, *args: Any) -> None:
-        """One tracker call; the first store failure stops the sweep, and the calls after it are skipped."""
-        if STOP.failure:
+        """One tracker call; the first store failure stops the sweep, and the calls after it are skipped. (After
+        a disk failure the store still takes the trials that finish while Tune stops: their receipts may be
+        the ones the disk refused.)"""
+        if self.store_failed:
             return
         try:
             with store_errors():
                 call(*args)
         except StoreFailure as exc:
+            self.store_failed = True
             STOP.fail(str(exc))
             _stop_tune()
 
@@ -852,6 +926,10 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
         with store_errors(spec.tracking_uri):
             logged = tracker()
             logged.open()
+        restored = restore_receipts(logged.carried_receipts(f"{stage}/"), receipts)
+        if restored:
+            print(f"{restored} {stage} trials finished while the disk was full: their receipts are restored from "
+                  "their MLflow runs, so they do not run again", flush=True)
         try:
             errored = [t for t in tune.ExperimentAnalysis(path).trials
                        if t.status == "ERROR" and t.config["meta"]["trial_key"] not in logged.logged()]
@@ -883,6 +961,10 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
                                       verbose=1 if verbose else 0),
         )
     grid = _fit(tuner)
+    try:  # trials that ended on a full disk while Tune stopped, their reports dropped
+        log_unsaved(tracker(), receipts)
+    except StoreFailure as exc:
+        STOP.fail(str(exc))
     planned = _planned_trials(spec, stage, cells, grid)
     if STOP.signum is not None:
         finished = sum(1 for result in grid if "status" in (result.metrics or {}))

@@ -23,12 +23,17 @@ from pathlib import Path
 
 import pytest
 
+from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
+from loopscale.search.stopping import StoreFailure
+from loopscale.search.tracking import RECEIPT_TAG, open_sweep
+from loopscale.search.tune_runner import Receipt, restore_receipts
 from loopscale.search.tune_state import STATE_FILES, StateKeeper
 from loopscale.search.sweep_lock import LOCK_FILE, SweepLock
 from test_kill_resume import Driver, journal, journal_identity, ray_dir, trial_runs  # noqa: F401 (a fixture)
 from test_resume import processes_using
-from test_spec import base_spec, to_toml
+from test_search_tracking import META, config, tracker
+from test_spec import base_spec, to_toml, write_spec
 
 MIB = 2**20
 pytestmark = pytest.mark.usefixtures("testing_aids")  # the sweeps' trials journal and sleep ([testing])
@@ -67,9 +72,16 @@ def state_of(spec: SweepSpec) -> dict:
     return json.loads((Path(spec.storage) / spec.name / "sweep.json").read_text())
 
 
-def resume_and_check_each_trial_once(spec: SweepSpec, ray_dir: str, held: dict[str, str]) -> None:
+def run_identity(run) -> tuple[str, float]:
+    """The journal's name of the trial an MLflow run logged."""
+    return journal_identity({k: float(run.data.params[k]) for k in ("budget_flops", "s")}
+                            | {"r": int(run.data.params["r"])})
+
+
+def resume_and_check_each_trial_once(spec: SweepSpec, ray_dir: str, held: dict[str, str]) -> str:
     """--resume to the end; then one FINISHED run per planned trial, those held before kept, each trial
-    completed exactly once."""
+    completed exactly once, and none that MLflow held finished at the stop executed again. The output."""
+    stopped_at = len(journal(spec))
     code, out = run_to_end(Driver(spec, ray_dir, resume=True))
     assert code == 0 and "complete; fit it with" in out, out[-3000:]
     runs = trial_runs(spec)
@@ -78,7 +90,10 @@ def resume_and_check_each_trial_once(spec: SweepSpec, ray_dir: str, held: dict[s
     assert {key: finished_runs(spec)[key] for key in held} == held  # nothing held at the stop was replaced
     completed = Counter(journal_identity(e) for e in journal(spec) if e["event"] == "end")
     assert len(completed) == len(planned(spec)) and set(completed.values()) == {1}, completed
+    started_again = {journal_identity(e) for e in journal(spec)[stopped_at:] if e["event"] == "start"}
+    assert not started_again & {run_identity(r) for r in runs if r.data.tags["trial_key"] in held}
     assert state_of(spec)["complete"] is True
+    return out
 
 
 def stopped_cleanly(spec: SweepSpec, code: int, out: str, expected_code: int, *fragments: str) -> dict[str, str]:
@@ -269,28 +284,68 @@ def fill_to_zero(disk: Path) -> Path:
     return filler
 
 
+def stage_folder(spec: SweepSpec) -> Path:
+    return Path(spec.storage) / spec.name / "search"
+
+
+def fill_as_a_trial_ends(spec: SweepSpec, disk: Path) -> Path:
+    """``fill_to_zero`` about 0.1 s before the next trial that starts ends (its start in the journal, then its
+    ``delay_s``), so that it ends on a full disk before the sweep has stopped."""
+    seen = len(journal(spec))
+    while not [e for e in journal(spec)[seen:] if e["event"] == "start"]:
+        time.sleep(0.005)
+    time.sleep(spec.testing["delay_s"] - 0.1)
+    return fill_to_zero(disk)
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known gap (issue 14): a trial that finished while the disk was at 0 bytes "
-                   "has its run in MLflow but no receipt, and --resume executes it again (the journal shows it "
-                   "completing twice; MLflow still holds one run per trial); not strict: no trial may finish "
-                   "in that window")
 def test_a_disk_filled_to_zero_at_once_mid_sweep_resumes_once_space_is_freed(tmp_path, ray_dir, small_disk):
     """No room left at all, before the free-space watch can stop the sweep: receipts and Tune's state sync
-    fail (its state files truncated); after space is freed, --resume finishes every trial once."""
+    fail (its state files truncated); a trial that ends then has its MLflow run but no receipt. After space
+    is freed, --resume writes that receipt back from the run, and every trial has executed once."""
     spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
     driver = running(spec, ray_dir, trials=4)
-    filler = fill_to_zero(small_disk)
+    filler = fill_as_a_trial_ends(spec, small_disk)
     code, out = run_to_end(driver, timeout_s=180)
 
     held = stopped_cleanly(spec, code, out, 1, "--resume")  # a receipt that could not be written, or no room
     filler.unlink()
-    resume_and_check_each_trial_once(spec, ray_dir, held)
+    carrying = [r for r in trial_runs(spec) if f"{RECEIPT_TAG}.0" in r.data.tags]  # no receipt on disk
+    assert carrying  # the case this test is for: a trial ended on the full disk
+    out = resume_and_check_each_trial_once(spec, ray_dir, held)
+    assert f"{len(carrying)} search trials finished while the disk was full" in out
     assert not list(small_disk.rglob("*.partial"))
 
 
-def stage_folder(spec: SweepSpec) -> Path:
-    return Path(spec.storage) / spec.name / "search"
+def test_a_receipt_the_disk_refused_rides_on_the_trials_run_and_resume_writes_it_back_whole(tmp_path, small_disk):
+    """What run_trial, the driver and --resume do with a receipt a full disk refuses, without Ray: the receipt
+    (here longer than one MLflow tag) goes onto the trial's run, and comes back byte for byte as the file
+    ``Receipt.save`` writes, into its own stage's folder only, once there is room."""
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    receipts, key, trial = str(small_disk / "receipts"), "search/C=1e+12,r=1/1", config(2)
+    result = {**simulate(trial), "node": "n1", "note": "x" * 9000}
+    receipt = Receipt(receipts, key, trial.to_params())
+    filler = fill_to_zero(small_disk)
+    with pytest.raises(OSError):
+        receipt.save(result)
+    logger = tracker(spec, experiment_id, parent)
+    for k, meta in ((key, META), ("calibrate/C=1e+12,r=1/1", {**META, "stage": "calibrate"})):
+        logger.start(k, meta, trial)
+        logger.finish(k, result, receipt.carried(result))
+
+    carried = tracker(spec, experiment_id, parent).carried_receipts("search/")  # a resumed driver reads them
+    assert carried == [receipt.carried(result)]
+    with pytest.raises(StoreFailure, match="cannot write the receipts .* No space left on device"):
+        restore_receipts(carried, receipts)
+    assert not list(small_disk.rglob("*.partial"))
+    filler.unlink()
+    assert restore_receipts(carried, receipts) == 1 and restore_receipts(carried, receipts) == 0
+    reference = Receipt(str(tmp_path / "reference"), key, trial.to_params())
+    reference.save(result)
+    assert Path(receipt.path).read_bytes() == Path(reference.path).read_bytes()
+    assert sorted(p.name for p in (small_disk / "receipts").iterdir()) == [Path(receipt.path).name]
 
 
 @pytest.mark.slow
