@@ -64,7 +64,8 @@ from .law_sampler import CellGeometry, LawSampler, LawSurrogate
 from .preflight import check_free_space, check_ray_address, low_space, ray_address
 from .progress import Progress
 from .spec import Cell, SweepSpec
-from .stopping import StopRequest, StoreFailure, SweepInterrupted, raise_if_interrupted, signal_name
+from .stopping import (StopRequest, StoreFailure, SweepInterrupted, raise_if_interrupted, signal_name,
+                       signals_noted)
 from .sweep_lock import SweepLock
 from .tune_state import StateKeeper
 from .tracking import (TrialTracker, close_sweep, code_version, discard_stage_runs, find_parent_run, open_sweep,
@@ -1082,22 +1083,27 @@ def _start_ray(spec: SweepSpec, verbose: bool) -> bool:
     ``SweepInterrupted`` here), and once connected the driver's Ray core would install a C++ crash handler that
     dumps a stack and may abort on SIGTERM, unless ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` was set when Ray was
     imported (it is, at the top of this module; the processes of a Ray started here then go without those C++
-    stack dumps too). Whatever ``ray.init`` started before a signal is shut down; afterwards ``STOP`` holds
-    both signals again."""
+    stack dumps too). A signal whose exception Python swallowed there (``signals_noted``) stops it too.
+    Whatever ``ray.init`` started before a signal is shut down; afterwards ``STOP`` holds both signals again."""
     if ray.is_initialized():
         return False
-    try:
-        ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
-                 logging_level="INFO" if verbose else "ERROR")
-    except SystemExit as exc:  # Ray's own SIGTERM handler
-        ray.shutdown()
-        if exc.code != signal.SIGTERM:
+    with signals_noted() as noted:
+        try:
+            ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
+                     logging_level="INFO" if verbose else "ERROR")
+            STOP.install()
+        except SystemExit as exc:  # Ray's own SIGTERM handler
+            ray.shutdown()
+            if exc.code != signal.SIGTERM:
+                raise
+            raise SweepInterrupted(signal.SIGTERM, "interrupted by SIGTERM") from None
+        except BaseException:  # SweepInterrupted from STOP's SIGINT handler, or Ray failing to start
+            ray.shutdown()
             raise
-        raise SweepInterrupted(signal.SIGTERM, "interrupted by SIGTERM") from None
-    except BaseException:  # SweepInterrupted from STOP's SIGINT handler, or Ray failing to start
+    lost = [s for s in noted if s in (signal.SIGINT, signal.SIGTERM)]
+    if lost:
         ray.shutdown()
-        raise
-    STOP.install()
+        raise SweepInterrupted(lost[0], f"interrupted by {signal_name(lost[0])}")
     return True
 
 
