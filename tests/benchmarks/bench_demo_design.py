@@ -78,7 +78,8 @@ DESIGNS = (
     Design("10x: 1.8e11-1.8e12, heads of 4, 4/cell + branches", (1.8e11, 6e11, 1.8e12), 4, (0.5, 0.8, 1.25, 2.0),
            True),
     Design("9x: 2e11-1.8e12, heads of 8, 3/cell + branches", (2e11, 6e11, 1.8e12), 8, (0.6, 1.0, 1.6), True),
-    Design("shipped: 9x 1.5e11-1.35e12, heads of 8, 3/cell + br.", (1.5e11, 4.5e11, 1.35e12), 8, (0.6, 1.0, 1.6),
+    Design("9x 1.5e11-1.35e12, heads of 8, 3/cell + br.", (1.5e11, 4.5e11, 1.35e12), 8, (0.6, 1.0, 1.6), True),
+    Design("shipped: 4.5x 3e11-1.35e12, heads of 8, 3/cell + br.", (3e11, 6.5e11, 1.35e12), 8, (0.6, 1.0, 1.6),
            True),
 )
 
