@@ -27,6 +27,9 @@ Counted over all interruption points:
   a planned trial's finished run;
 * unclean: a clean stop (SIGINT, SIGTERM, store failure) whose output holds a traceback or whose exit code is
   not the documented one.
+
+It also counts the trials that ended on a full disk and whose receipt reached --resume through their MLflow run
+(``receipts via MLflow``: the runs carrying one), the path a disk filled to 0 bytes exercises.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from test_spec import base_spec, to_toml  # noqa: E402
 
 from loopscale.objectives.testing import TESTING_ENV  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.tracking import RECEIPT_TAG  # noqa: E402
 from loopscale.search.tune_state import StateKeeper  # noqa: E402
 
 KINDS = ("SIGINT", "SIGTERM", "SIGKILL", "store", "disk-full", "state-cut")
@@ -163,6 +167,9 @@ def run_seed(seed: int, per_seed: int, root: Path, kinds: list[str]) -> tuple[Co
             counts["unclean"] += int(event["traceback"] or event["code"] != EXPECTED_EXIT[event["kind"]])
         counts["points"] += int(interrupted)
     counts["final exit != 0"] += int(final_code != 0)
+    if final_code != 0:
+        print("".join(final.output)[-1500:], flush=True)
+    counts["receipts via MLflow"] += sum(1 for r in trial_runs(spec) if f"{RECEIPT_TAG}.0" in r.data.tags)
     return counts, events
 
 
@@ -191,7 +198,7 @@ def main() -> None:
                               for e in events), flush=True)
             print(f"  {dict(counts)}", flush=True)
     print(f"\n{total['points']} interruption points over {len(seeds)} seeds ({dict(kinds)}):")
-    for key in ("lost", "run twice", "complete too early", "unclean", "final exit != 0"):
+    for key in ("lost", "run twice", "complete too early", "unclean", "final exit != 0", "receipts via MLflow"):
         print(f"  {key:20s} {total[key]}")
 
 
