@@ -151,7 +151,13 @@ def study_journal(spec: SweepSpec) -> str | None:
 
 @functools.cache  # one per file and process: each storage replays the whole journal
 def study_storage(journal: str) -> optuna.storages.JournalStorage:
-    """Optuna's storage of a journal file: ``optuna.load_study(study_name=..., storage=study_storage(path))``."""
+    """Optuna's storage of a journal file: ``optuna.load_study(study_name=..., storage=study_storage(path))``.
+    A last line cut short (a disk that filled up while Optuna appended it: Optuna then cannot read the file) is
+    dropped first: that write never completed."""
+    with contextlib.suppress(FileNotFoundError), open(journal, "rb+") as f:
+        text = f.read()
+        if text and not text.endswith(b"\n"):
+            f.truncate(text.rfind(b"\n") + 1)
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
 
 
@@ -921,7 +927,8 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
         print(f"Tune's state in {path} was cut short (a disk that filled up while Tune wrote it); resuming from "
               f"its last readable copy ({copy.name}): trials finished since then report their receipts",
               flush=True)
-    if tune.Tuner.can_restore(path):
+    restore = tune.Tuner.can_restore(path)
+    if restore:
         # Trials that errored on a disk or store failure have no ended run: they run again. Trials that failed
         # by themselves (their FAILED run is in MLflow) stay failed.
         with store_errors(spec.tracking_uri):
@@ -937,10 +944,17 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
                                        resume_errored=bool(errored))
         except (ValueError, EOFError, pickle.UnpicklingError, OSError) as exc:
-            raise StoreFailure(f"Tune's state in {path} is damaged ({type(exc).__name__}: {exc}), as a disk that "
-                               "filled up while Tune wrote it leaves it; the finished trials are in MLflow and in "
-                               f"{receipts}, but this stage cannot be resumed") from None
-    else:
+            # cut short before any trial of the stage ended (a disk full within its first seconds): nothing to keep
+            ended = any(k.startswith(f"{stage}/") for k in logged.logged()) or any(Path(receipts).glob("*.json"))
+            if keeper is None or ended:
+                raise StoreFailure(f"Tune's state in {path} is damaged ({type(exc).__name__}: {exc}), as a disk "
+                                   "that filled up while Tune wrote it leaves it; the finished trials are in MLflow "
+                                   f"and in {receipts}, but this stage cannot be resumed") from None
+            keeper.set_aside()
+            print(f"Tune's state in {path} was cut short before any {stage} trial ended (a disk that filled up "
+                  "while Tune wrote it); the stage starts afresh", flush=True)
+            restore = False
+    if not restore:
         with store_errors(spec.tracking_uri):
             discard_stage_runs(spec.tracking_uri, experiment_id, parent, stage)  # an attempt killed before Tune saved
         searcher = CellSearcher(make_studies(spec, stage, recipe, journal=study_journal(spec)))

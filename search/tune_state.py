@@ -110,12 +110,17 @@ class StateKeeper:
         copies = self.copies()
         if not copies:
             return None
-        for damaged in self.state_files().values():
-            os.replace(damaged, damaged.with_name(damaged.name + ".damaged"))
+        self.set_aside()
         for saved in copies[-1].iterdir():
             if saved.name != COMPLETE:
                 shutil.copyfile(saved, self.path / saved.name)
         return copies[-1]
+
+
+    def set_aside(self) -> None:
+        """Rename Tune's state files in the folder ``*.damaged`` (kept, and no longer Tune's)."""
+        for damaged in self.state_files().values():
+            os.replace(damaged, damaged.with_name(damaged.name + ".damaged"))
 
 
 def one_snapshot(look: tuple) -> bool:

@@ -343,6 +343,23 @@ def test_a_disk_filled_to_zero_at_once_mid_sweep_resumes_once_space_is_freed(tmp
     assert not list(small_disk.rglob("*.partial"))
 
 
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("after_s", [0.1, 0.2])
+def test_a_disk_filled_to_zero_as_the_stage_starts_leaves_it_resumable(tmp_path, ray_dir, small_disk, after_s):
+    """The disk full before Tune's first state of the stage reached the storage whole (here: its tuner.pkl
+    only, or its state files empty, and the Optuna journal's last line cut short): --resume said the stage
+    could not be resumed, for good. No trial had ended, so the stage starts afresh."""
+    spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
+    driver = running(spec, ray_dir, trials=0)
+    time.sleep(after_s)
+    filler = fill_to_zero(small_disk)
+    code, out = run_to_end(driver, timeout_s=180)
+    assert code == 1 and "Traceback" not in out, out[-3000:]
+    filler.unlink()
+    resume_and_check_each_trial_once(spec, ray_dir, held={})
+
+
 def test_a_receipt_the_disk_refused_rides_on_the_trials_run_and_resume_writes_it_back_whole(tmp_path, small_disk):
     """What run_trial, the driver and --resume do with a receipt a full disk refuses, without Ray: the receipt
     (here longer than one MLflow tag) goes onto the trial's run, and comes back byte for byte as the file
