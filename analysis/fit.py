@@ -351,6 +351,9 @@ def with_overrides(options: FitOptions, overrides: dict[str, Any]) -> FitOptions
         raise ValueError(f"unknown fit option: {err}") from None
 
 
+CONTENT_ORDER = ("budget_flops", "r", "N_once", "N_rec", "tokens", "val_loss")  # what a fitted row is
+
+
 def fit_rows(runs: pd.DataFrame, options: FitOptions) -> pd.DataFrame:
     """The rows a fit uses: usable runs, or their per-r frontier, or their per-cell optima as pseudo-runs."""
     table = usable_runs(runs, stage=options.stage)
@@ -367,7 +370,9 @@ def fit_rows(runs: pd.DataFrame, options: FitOptions) -> pd.DataFrame:
         table = pd.DataFrame({"r": optima["r"], "budget_flops": optima["budget_flops"],
                               "N_once": optima["N_once_opt"], "N_rec": optima["N_rec_opt"],
                               "tokens": optima["D_opt"], "val_loss": optima["L_opt"]})
-    return table.reset_index(drop=True)
+    # rows in an order of their content, not of the store's (MLflow returns runs in an order that differs between
+    # two sweeps of the same trials): the seeded bootstrap then draws the same resamples from the same runs
+    return table.sort_values(list(CONTENT_ORDER), kind="mergesort").reset_index(drop=True)
 
 
 def _polish(theta: np.ndarray, f: float, data: FitData, lower: np.ndarray, upper: np.ndarray,
