@@ -230,9 +230,15 @@ def discard_stage_runs(tracking_uri: str, experiment_id: str, parent_run_id: str
     client = MlflowClient(tracking_uri)
     query = runs_query("trial", **{PARENT_TAG: parent_run_id, "stage": stage})
     for run in list(iter_runs(client, experiment_id, query)):  # all read before the first delete
-        if run.info.status == "RUNNING":  # (TrialTracker._discard: no deleted run left claiming to run)
-            client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
-        client.delete_run(run.info.run_id)
+        discard_run(client, run.info.run_id, running=run.info.status == "RUNNING")
+
+
+def discard_run(client: MlflowClient, run_id: str, *, running: bool = True) -> None:
+    """Delete a trial run. One that ended without a result (``running``: a killed driver's, a failed attempt's)
+    is marked KILLED first, so that no run of the store, deleted ones included, still claims to be RUNNING."""
+    if running:
+        client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+    client.delete_run(run_id)
 
 
 def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
@@ -313,9 +319,9 @@ class TrialTracker:
             del self._done[key]
         old = self._open.pop(key, None)
         if old is not None and old.run_id:  # a retry of a failed attempt restarts the trial from scratch
-            self._discard(old.run_id)
+            discard_run(self._client, old.run_id)
         if key in self._stale:
-            self._discard(self._stale.pop(key))
+            discard_run(self._client, self._stale.pop(key))
         tags = {**self.tags, KIND_TAG: "trial", PARENT_TAG: self.parent_run_id, "sweep": self.sweep,
                 "stage": meta["stage"], "cell": meta["cell"], "r": str(trial.r),
                 "budget": f"{trial.budget_flops:.6g}", "objective": trial.objective,
@@ -369,18 +375,12 @@ class TrialTracker:
         """End of a stage: runs still RUNNING belong to no trial any more (suggested, then lost in a crash)."""
         for entry in self._open.values():
             if entry.run_id:
-                self._discard(entry.run_id)
+                discard_run(self._client, entry.run_id)
         self._open.clear()
         for run in self._trial_runs():
             if run.info.status == "RUNNING":
-                self._discard(run.info.run_id)
+                discard_run(self._client, run.info.run_id)
         self._stale.clear()
-
-    def _discard(self, run_id: str) -> None:
-        """Delete a run that ended without a result (a killed driver's, a failed attempt's): marked KILLED
-        first, so that no run of the store, deleted ones included, still claims to be RUNNING."""
-        self._client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
-        self._client.delete_run(run_id)
 
     def logged(self) -> set[str]:
         """Trial keys whose run has ended, FINISHED or FAILED (after ``open``, with what this tracker logged)."""

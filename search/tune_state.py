@@ -116,7 +116,6 @@ class StateKeeper:
                 shutil.copyfile(saved, self.path / saved.name)
         return copies[-1]
 
-
     def set_aside(self) -> None:
         """Rename Tune's state files in the folder ``*.damaged`` (kept, and no longer Tune's)."""
         for damaged in self.state_files().values():
