@@ -18,19 +18,37 @@ every cell's ``LawSampler`` (an Optuna sampler) asks it for the cell's next widt
 3. the best width is an edge of the cell's widths: the width next to it (is the cell bound-limited?);
 4. bracketed, but the cell's parabola in log N has no interior minimum, or locates it less precisely than
    ``tolerance`` (standard error of the vertex, in log width, with the fit's noise): the untried width inside
-   the bracket nearest to the vertex (or to the best run), else the nearest outside it.
+   the bracket nearest to the vertex (or to the best run), else the nearest outside it;
+5. located, and ``information`` > 0: the width that most reduces the variance of phi (below), if a trial there
+   is worth its FLOPs.
 
 A cell is finished (``status``) when its best trial has a tried neighbour on each side, its parabola has an
-interior minimum and the vertex is located within ``tolerance`` ("located"); when its best trial is an edge of
-the cell's widths and beats the width next to it ("edge": bound-limited); or when it has tried every width.
-``trials_per_cell`` stays a cap.
+interior minimum and the vertex is located within ``tolerance`` ("located"), and no further trial of it is worth
+its FLOPs for phi; when its best trial is an edge of the cell's widths and beats the width next to it ("edge":
+bound-limited); or when it has tried every width. ``trials_per_cell`` stays a cap.
+
+Information about phi (step 5): phi is what the study measures, and a located cell's optimum is not all a trial
+can buy. With the fit linearised at the current parameters (J, d log L / d theta at every width of every
+cell) and the errors the replayed studies have (objectives/noise.py: independent noise of variance v plus an
+offset shared by a cell, of variance t, both estimated from the fit's residuals), a GLS fit of the law to a
+set of runs has information I = sum over cells c of (J_c^T J_c - t / (v + n_c t) s_c s_c^T) / v, with s_c the
+sum of J_c's rows, and var(phi) = (I^-1)[phi, phi] (the compound-symmetric covariance of a cell inverted in
+closed form). A trial of cell c at the width that most reduces it is worth running while the share of
+var(phi) it removes is at least ``information`` times the share of FLOPs it adds to the bracket rule's
+fewest trials (``fewest_trials``): cheap cells then take more widths, expensive ones stop at their bracket. An
+offset shared by a cell is why more of the same cell's trials buy less and less, and why the cheap cells'
+extra widths, spread far from their optima, are where phi's information is cheapest (tests/benchmarks/
+bench_phi_information.py measures the designs).
 
 Warmdown branches (``branches = true``; objectives/branches.py): a trial of cell (C, r) at width w can also
 record its loss at a smaller budget C_k of its r for about a fifth of what a trial of C_k costs. The bracket of
 cell (C_k, r) lies about one width step below cell (C, r)'s (the optimal width grows with the budget), so the
 widths that bracket C's optimum are the ones C_k needs on its upper side. ``branches_for`` gives a trial the
-budgets C_k whose cell is still open and where w is untried and within ``BRANCH_REACH`` of that cell's best
-width (or predicted optimum); each branch point counts as a result of its cell. Order (``waits``): once a cell
+next smaller budget of its r if that cell is still open, w is untried there and within ``BRANCH_REACH`` of its
+best width (or predicted optimum); each branch point counts as a result of its cell. Only the next budget:
+what a branch saves (four fifths of a trial of C_k) shrinks with C_k, while its point shares its trial's noise
+and takes one of the cell's widths for good; two budgets down and further, a trial of the small cell itself
+costs little and tells more about phi (bench_phi_information.py). Order (``waits``): once a cell
 has its first trial, it waits while a larger cell of its r is open, so its brackets are filled by the larger
 cells' branches first and its own trials only fill what is left; a waiting cell still takes a free slot when
 no other cell can (no idle workers).
@@ -49,6 +67,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -108,9 +127,12 @@ class CellGeometry:
 class LawSurrogate:
     """The finished trials of every cell and the joint law fitted to them (see the module docstring)."""
 
-    def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float, branches: bool = False):
+    def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float, branches: bool = False,
+                 information: float = 0.0):
         self.cells = {c.key: c for c in cells}
-        self.seed, self.tolerance, self.branches = seed, tolerance, branches
+        self.seed, self.tolerance, self.branches, self.information = seed, tolerance, branches, information
+        fewest = fewest_trials(cells, branches)
+        self.floor_flops = sum(fewest[c.key] * c.budget for c in cells)  # what a trial's cost is a share of
         self.incoming: dict[str, dict[int, int]] = {c.key: {} for c in cells}  # cell -> heads -> branches running
         self.results: dict[str, dict[int, float]] = {c.key: {} for c in cells}  # cell -> heads -> loss
         self.failed: dict[str, set[int]] = {c.key: set() for c in cells}
@@ -121,6 +143,8 @@ class LawSurrogate:
         self.optimum: dict[str, int] = {}      # cell -> heads the law predicts optimal
         self.sigma: dict[str, float] = {}      # cell -> spread of that optimum, log width
         self.predicted: dict[str, np.ndarray] = {}  # cell -> predicted loss at every width
+        self.jac: dict[str, np.ndarray] = {}        # cell -> d log L / d theta at every width, (widths, 6)
+        self.var_run = self.var_cell = 0.0          # log-loss variance of a run's own noise / of a cell's offset
 
     # ---- data -------------------------------------------------------------------------------------------
     def add(self, key: str, heads: int, loss: float | None,
@@ -153,15 +177,17 @@ class LawSurrogate:
             self.incoming[key].pop(heads, None)
 
     def branches_for(self, key: str, heads: int, busy: dict[str, set[int]]) -> list[tuple[str, float]]:
-        """(cell, budget) of the smaller cells of the same r a trial of cell ``key`` at ``heads`` should branch
-        into: open, ``heads`` one of their widths, untried there (``busy``: widths their own trials hold) and
-        within ``BRANCH_REACH`` of their best width so far (or, before any, their predicted optimum)."""
+        """(cell, budget) of the cell a trial of cell ``key`` at ``heads`` should branch into, if any: the next
+        smaller budget of its r, open, ``heads`` one of its widths, untried there (``busy``: widths its own trials
+        hold) and within ``BRANCH_REACH`` of its best width so far (or, before any, its predicted optimum)."""
         if not self.branches:
             return []
         g = self.cells[key]
+        below = [o.budget for o in self.cells.values() if o.r == g.r and o.budget < g.budget]
         out = []
         for k, other in self.cells.items():
-            if other.r != g.r or other.budget >= g.budget or heads not in other.heads or self.status(k) != "open":
+            if other.r != g.r or other.budget != max(below, default=None) or heads not in other.heads \
+                    or self.status(k) != "open":
                 continue
             done = self.results[k]
             if heads in done or heads in self.failed[k] or heads in busy.get(k, ()) or heads in self.incoming[k]:
@@ -195,20 +221,23 @@ class LawSurrogate:
         self.theta, _ = refit(data, self.theta, n_starts=starts, seed=self.seed + self.fits, max_iter=MAX_ITER)
         self.fits += 1
         predicted = _log_loss(self.theta[None], data.r, data.n_once, data.n_rec, data.log_d)[0]
-        residual = np.exp(data.log_l) - np.exp(predicted)
         # the noise a cell's parabola sees: residuals about their cell's mean (a shift of a whole cell, as real
         # studies have, moves no optimum)
-        offsets = np.bincount(data.cell, residual) / np.maximum(np.bincount(data.cell), 1)
-        within = residual - offsets[data.cell]
+        within, _ = _split_by_cell(np.exp(data.log_l) - np.exp(predicted), data.cell)
         dof = max(len(rows) - np.unique(data.cell).size, 1)
         self.noise = max(float(np.sqrt((within ** 2).sum() / dof)), NOISE_FLOOR)
+        # the same split of the log-loss residuals sizes the errors of the information about phi: a run's own
+        # variance, and what the spread of the cells' means has beyond it (a method-of-moments estimate)
+        within, means = _split_by_cell(data.log_l - predicted, data.cell)
+        counts = np.bincount(data.cell)[np.bincount(data.cell) > 0]
+        self.var_run = max(float((within ** 2).sum() / dof), (NOISE_FLOOR / float(np.exp(data.log_l).max())) ** 2)
+        spread = float(np.var(means, ddof=1)) if means.size > 1 else 0.0
+        self.var_cell = max(spread - self.var_run * float(np.mean(1.0 / counts)), 0.0)
         self._predict(data, predicted)
 
     def _predict(self, data: FitData, predicted: np.ndarray) -> None:
         """Each cell's predicted optimal width and its spread over draws from the fit's covariance."""
-        step = 1e-5
-        jac = np.stack([(_log_loss((self.theta + step * np.eye(len(THETA))[j])[None], data.r, data.n_once,
-                                   data.n_rec, data.log_d)[0] - predicted) / step for j in range(len(THETA))], axis=1)
+        jac = log_loss_jacobian(self.theta, data.r, data.n_once, data.n_rec, data.log_d)
         sigma2 = (((data.log_l - predicted) ** 2).sum() / max(data.r.size - len(THETA), 1))
         cov = sigma2 * np.linalg.pinv(jac.T @ jac)
         rng = np.random.default_rng(self.seed + 7919 * self.fits)
@@ -217,6 +246,7 @@ class LawSurrogate:
         draws = np.clip(draws, lower, upper)
         for key, g in self.cells.items():
             log_d = np.log(g.tokens)
+            self.jac[key] = log_loss_jacobian(self.theta, float(g.r), g.n_once, g.n_rec, log_d)
             loss = np.exp(_log_loss(self.theta[None], float(g.r), g.n_once, g.n_rec, log_d)[0])
             self.predicted[key] = loss
             self.optimum[key] = g.heads[int(np.argmin(loss))]
@@ -255,6 +285,8 @@ class LawSurrogate:
         if inner in free:  # the best run is an edge of the cell: the width next to it decides if it is bound-limited
             return inner
         vertex = self._vertex(key)
+        if vertex is not None and vertex[1] <= self.tolerance and (worth := self._informative(key, pending)):
+            return worth[0]  # located: the width that tells most about phi
         middle = vertex[0] if vertex is not None else ls[best]
         lo, hi = min(ls[h] for h in taken), max(ls[h] for h in taken)
         inside = [h for h in free if lo < ls[h] < hi]
@@ -300,7 +332,39 @@ class LawSurrogate:
             edge = {g.heads[0]: g.heads[1], g.heads[-1]: g.heads[-2]}.get(best)
             return "edge" if edge in done else "open"
         vertex = self._vertex(key)
-        return "located" if vertex is not None and vertex[1] <= self.tolerance else "open"
+        if vertex is None or vertex[1] > self.tolerance:
+            return "open"
+        worth = self._informative(key, set())
+        return "open" if worth is not None and worth[1] >= self.information else "located"
+
+    # ---- information about phi (module docstring) -------------------------------------------------------
+    def _informative(self, key: str, pending: set[int]) -> tuple[int, float] | None:
+        """(heads, worth) of the untried width of cell ``key`` whose trial most reduces var(phi), with its worth:
+        the share of var(phi) it removes over the share of the fewest trials' FLOPs it costs. None when
+        ``information`` is off, before a fit, or when the runs so far do not yet determine phi."""
+        if self.information <= 0 or not self.jac:
+            return None
+        g = self.cells[key]
+        design = {k: [self.cells[k].index(h) for h in {*self.results[k], *self.incoming[k]}] for k in self.cells}
+        design[key] = sorted({*design[key], *(g.index(h) for h in pending)})
+        free = [i for i, h in enumerate(g.heads) if i not in design[key] and h not in self.failed[key]]
+        now = self._var_phi(design)
+        if not free or not now > 0:
+            return None
+        cuts = [(now - self._var_phi({**design, key: design[key] + [i]})) / now for i in free]
+        best = int(np.argmax(cuts))
+        return g.heads[free[best]], cuts[best] / (g.budget / self.floor_flops)
+
+    def _var_phi(self, design: dict[str, list[int]]) -> float:
+        """var(phi) of the GLS fit to the runs at ``design`` (cell -> width indices), linearised (module
+        docstring)."""
+        info = np.zeros((len(THETA), len(THETA)))
+        for k, idx in design.items():
+            if idx:
+                j = self.jac[k][idx]
+                s = j.sum(axis=0)
+                info += (j.T @ j - self.var_cell / (self.var_run + len(idx) * self.var_cell) * np.outer(s, s))
+        return float(self.var_run * np.linalg.pinv(info)[5, 5])  # 0 where phi lies in info's null space
 
     def _vertex(self, key: str) -> tuple[float, float] | None:
         """(log width, standard error) of the vertex of the cell's parabola in log N (analysis.isoflop's),
@@ -327,6 +391,30 @@ class LawSurrogate:
         slope = np.polyfit(g.log_s, g.log_n, 1)[0] if len(g.heads) > 1 else 2.0  # d log N / d log s, ~2
         vertex_log_s = float(np.interp(center + u, g.log_n, g.log_s))
         return vertex_log_s, se_log_n / slope
+
+
+def fewest_trials(cells: Iterable[Any], branches: bool) -> dict[str, int]:
+    """The fewest trials per cell (by key; cells with ``key``, ``budget``, ``r``) the bracket rule allows: 3 (the
+    best and a neighbour on either side), or with warmdown branches 3 in each r's largest cell, which no larger
+    cell can branch into, and 1 in every other cell (its neighbours from the next budget's branches). The
+    sampler spends more wherever a guess misses or a trial is worth it for phi; it never spends less."""
+    cells = list(cells)
+    top = {c.r: max(o.budget for o in cells if o.r == c.r) for c in cells}
+    return {c.key: 3 if not branches or c.budget == top[c.r] else 1 for c in cells}
+
+
+def _split_by_cell(values: np.ndarray, cell: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values about their cell's mean, the means of the cells that have values)."""
+    counts = np.bincount(cell)
+    means = np.bincount(cell, values) / np.maximum(counts, 1)
+    return values - means[cell], means[counts > 0]
+
+
+def log_loss_jacobian(theta: np.ndarray, r, n_once, n_rec, log_d, step: float = 1e-5) -> np.ndarray:
+    """d log L / d theta (THETA order) of the law at ``theta`` for runs (n,): (n, 6), by forward differences."""
+    moved = theta + step * np.vstack([np.zeros(len(THETA)), np.eye(len(THETA))])
+    at = _log_loss(moved, r, n_once, n_rec, log_d)
+    return ((at[1:] - at[0]) / step).T
 
 
 def _log_loss(theta: np.ndarray, r, n_once, n_rec, log_d) -> np.ndarray:

@@ -60,6 +60,7 @@ from loopscale.objectives.recipe import build_optimizers
 from loopscale.objectives.branches import branch_plan
 
 from . import space
+from .law_sampler import fewest_trials
 from .spec import STAGES, Cell, SweepSpec
 
 # Measured on the demo run on idle cores (24 min 18 s; its MLflow run times against each trial's own wall_s):
@@ -151,11 +152,8 @@ def flops_estimate(spec: SweepSpec) -> str:
     cap = floor = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
-        top = {r: max(spec.budgets) for r in spec.recurrences}
-
-        def fewest(c) -> int:
-            return min(3 if not spec.branches or c.budget == top[c.r] else 1, c.n_trials)
-        floor = sum(fewest(c) * c.budget for c in spec.cells()) + sum(
+        fewest = fewest_trials(spec.cells(), spec.branches)
+        floor = sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
             c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
         least = "3 widths in each r's largest cell and 1 in the others (warmdown branches fill their brackets)" \
             if spec.branches else "3 widths per cell at least"

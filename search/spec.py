@@ -19,6 +19,9 @@ Layout (every key optional unless marked)::
     tolerance = 0.1                  # law sampler: a cell stops once its optimum is located this well (log width)
     branches = false                 # law sampler: trials also record warmdown branches in smaller open cells
                                      # (objectives/branches.py; a train objective needs recipe.schedule = "wsd")
+    information = 0                  # law sampler: a located cell takes another width while that trial's share of
+                                     # var(phi) removed is >= information x its share of the fewest trials' FLOPs
+                                     # (search/law_sampler.py); 0 = off
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -109,6 +112,7 @@ class SweepSpec:
     misspec: float = Noise().misspec
     tolerance: float = DEFAULT_TOLERANCE
     branches: bool = False
+    information: float = 0.0
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -183,6 +187,8 @@ class SweepSpec:
             require(v >= 0, f"[simulate] {k} must be >= 0 nats, got {v}")
         tolerance = t.number("tolerance", default=DEFAULT_TOLERANCE)
         require(tolerance > 0, f"tolerance must be > 0 (log width), got {tolerance}")
+        information = t.number("information", default=0.0)
+        require(information >= 0, f"information must be >= 0 (0 = off), got {information}")
         law = sim.table("law") or None
         if law is not None:
             try:
@@ -214,7 +220,8 @@ class SweepSpec:
             min_steps=t.int("min_steps", default=10),
             first_guess_tokens_per_param=float(t.number("first_guess_tokens_per_param", default=20)),
             noise=float(sizes["noise"]), cell_noise=float(sizes["cell_noise"]), misspec=float(sizes["misspec"]),
-            tolerance=float(tolerance), branches=t.bool("branches", default=False), law=law, data=data, recipe=recipe, calibrate=None,
+            tolerance=float(tolerance), branches=t.bool("branches", default=False),
+            information=float(information), law=law, data=data, recipe=recipe, calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), workers=workers,
             max_concurrent=max_concurrent,
             retries=retries,
@@ -227,6 +234,9 @@ class SweepSpec:
             require(getattr(spec, key) >= 1, f"{key} must be >= 1, got {getattr(spec, key)}")
         require(0 <= spec.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {spec.seed}")
         require(spec.first_guess_tokens_per_param > 0, "first_guess_tokens_per_param must be positive")
+        require(not spec.information or spec.sampler == "law",
+                f"information = {spec.information:g} needs sampler = \"law\" (its fitted law values a width), got "
+                f"{spec.sampler!r}")
         require(not spec.branches or spec.sampler == "law",
                 f"branches = true needs sampler = \"law\" (it chooses where a trial branches), got {spec.sampler!r}")
         uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
@@ -345,7 +355,8 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "tolerance", "branches", "min_steps", "first_guess_tokens_per_param", "tracking_uri", "storage",
+    "trials_per_cell", "sampler", "tolerance", "branches", "information", "min_steps", "first_guess_tokens_per_param",
+    "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
 

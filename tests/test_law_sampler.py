@@ -187,6 +187,62 @@ def test_a_trial_branches_into_a_smaller_open_cell_whose_optimum_its_width_is_ne
     assert plain.branches_for(large.key, near, {}) == [] and not plain.waits(small.key)
 
 
+def test_a_trial_branches_only_into_the_next_smaller_budget_of_its_r(branched):
+    cells = [geometry(branched, b, 2) for b in BUDGETS]
+    surrogate = LawSurrogate(cells, seed=0, tolerance=0.1, branches=True)
+    smallest, middle, largest = cells
+    for heads in sorted(set(smallest.heads) & set(middle.heads) & set(largest.heads)):
+        into = [k for k, _ in surrogate.branches_for(largest.key, heads, {})]
+        assert smallest.key not in into  # two budgets down: a trial of the smallest cell itself tells more
+        assert into in ([], [middle.key])
+
+
+def informed(spec: SweepSpec, information: float) -> tuple[LawSurrogate, dict[str, CellGeometry]]:
+    """A surrogate over every cell of ``spec`` with three runs bracketing each cell's optimum (the law's clean
+    loss plus an offset shared by the cell, as the shipped noise has), fitted."""
+    cells = {c.key: CellGeometry.of(spec, c) for c in spec.cells()}
+    surrogate = LawSurrogate(list(cells.values()), seed=0, tolerance=1.0, information=information)
+    for n, g in enumerate(cells.values()):
+        i = min(range(len(g.heads)), key=lambda j: clean_loss(spec, g, g.heads[j]))
+        i = min(max(i, 1), len(g.heads) - 2)
+        for h in g.heads[i - 1:i + 2]:
+            surrogate.add(g.key, h, clean_loss(spec, g, h) + 0.005 * math.sin(3 * n))
+    return surrogate, cells
+
+
+def test_a_located_cell_takes_more_widths_only_while_they_pay_for_themselves_in_phi(spec):
+    off, cells = informed(spec, 0.0)
+    assert all(off.status(k) == "located" for k in cells)  # information off: located cells stop, as before
+    on, _ = informed(spec, 1.0)
+    cheapest = min(cells.values(), key=lambda g: g.budget)
+    dearest = max(cells.values(), key=lambda g: g.budget)
+    heads, worth = on._informative(cheapest.key, set())
+    assert worth > on._informative(dearest.key, set())[1]  # the same share of var(phi) costs less in a cheap cell
+    assert heads not in on.results[cheapest.key]
+    design = {k: [cells[k].index(h) for h in on.results[k]] for k in cells}
+    cut = {h: on._var_phi(design) - on._var_phi({**design, cheapest.key: design[cheapest.key] + [cheapest.index(h)]})
+           for h in cheapest.heads if h not in on.results[cheapest.key]}
+    assert cut[heads] == max(cut.values()) > 0  # the width that removes the most variance of phi
+    # the cell stays open for it (the worth is far above 1 in the cheapest cell) and proposes exactly it
+    assert worth >= 1.0 and on.status(cheapest.key) == "open" and on.propose(cheapest.key, set()) == heads
+    # the worth is a share per share: a threshold above every cell's worth closes every cell
+    strict, _ = informed(spec, 10 * max(on._informative(k, set())[1] for k in cells))
+    assert all(strict.status(k) == "located" for k in cells)
+
+
+def test_a_sweep_with_information_spends_its_extra_trials_in_the_cheap_cells(spec):
+    plain = drive(CellSearcher(make_studies(dataclasses.replace(spec, information=0.0), "search", None)))
+    informed_trials = drive(CellSearcher(make_studies(spec, "search", None)))
+    assert spec.information == 1.0  # the paper preset's
+    assert informed_trials == drive(CellSearcher(make_studies(spec, "search", None)))  # seeded, deterministic
+    budget = {c.key: c.budget for c in spec.cells()}
+
+    def count(trials, b):
+        return sum(budget[cell] == b for cell, _, _ in trials)
+    assert count(informed_trials, BUDGETS[0]) > count(plain, BUDGETS[0])
+    assert len(informed_trials) > len(plain)
+
+
 def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reaches_its_cell(spec, branched):
     plain = drive(CellSearcher(make_studies(spec, "search", None)))
     first = drive(CellSearcher(make_studies(branched, "search", None)))

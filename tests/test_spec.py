@@ -172,6 +172,8 @@ MISTAKES = [
     ({"sampler": "cma"}, "sampler must be one of"),
     ({"sampler": "gp", "branches": True}, "branches = true needs sampler"),
     ({"sampler": "law", "branches": "yes"}, "must be true or false"),
+    ({"sampler": "gp", "information": 1}, "information = 1 needs sampler"),
+    ({"sampler": "law", "information": -1}, "information must be >= 0"),
     ({"sampler": "law", "branches": True, "objective": "train", "data": {"source": "kjv"},
       "recipe": {"schedule": "paper"}}, "needs \\[recipe\\] schedule"),
     ({"name": None}, "needs 'name'"),

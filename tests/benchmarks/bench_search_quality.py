@@ -48,6 +48,7 @@ from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import TrialConfig, simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
+from loopscale.search.law_sampler import fewest_trials  # noqa: E402
 from loopscale.search.space import Cell, search_cell  # noqa: E402
 from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
 
@@ -107,12 +108,11 @@ def grid_flops(spec: SweepSpec) -> float:
 
 
 def bracket_floor(spec: SweepSpec) -> float:
-    """FLOPs of the fewest trials the bracket rule allows (search/law_sampler.py): 3 in each r's largest cell (its
-    best run and a neighbour on either side; no larger cell can branch into it), 1 in every other cell (its
-    neighbours from larger cells' warmdown branches, whose own cost is left out). No sampler of the rule spends
-    less; every wasted guess is above it."""
-    top = {r: max(c.budget for c in spec.cells() if c.r == r) for r in spec.recurrences}
-    return sum((3 if c.budget == top[c.r] else 1) * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
+    """FLOPs of the fewest trials the bracket rule allows (``law_sampler.fewest_trials``: 3 in each r's largest
+    cell, 1 in every other cell with warmdown branches, whose own cost is left out), each at the cell's first
+    guess. No sampler of the rule spends less; every wasted guess is above it."""
+    fewest = fewest_trials(spec.cells(), branches=True)
+    return sum(fewest[c.key] * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
 
 
 def main() -> None:
