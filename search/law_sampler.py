@@ -66,8 +66,8 @@ number of fits so far: the same results in the same order give the same proposal
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

@@ -63,12 +63,12 @@ COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "N_once", "N_rec
 
 
 def write_sweep(folder: Path, sampler: str = "grid") -> SweepSpec:
-    """6 cells x 4 widths (the law sampler: at most, with warmdown branches as the presets), each trial ~0.5 s,
-    so that kills land while trials run."""
+    """6 cells x 4 widths (the law sampler: at most, with warmdown branches and information as the paper
+    preset), each trial ~0.5 s, so that kills land while trials run."""
     folder.mkdir()
     # (the law sampler's budgets closer together: at 1e12 every optimum sits at the narrowest width, out of reach
     # of a 1e13 trial's branches)
-    law = {"branches": True, "budgets": [3e12, 1e13]} if sampler == "law" else {"budgets": [1e12, 1e13]}
+    law = {"branches": True, "information": 1, "budgets": [3e12, 1e13]} if sampler == "law" else {"budgets": [1e12, 1e13]}
     spec = base_spec(folder, recurrences=[1, 2, 4], sampler=sampler, trials_per_cell=4, **law,
                      testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")},
                      resources={"max_concurrent": 1} if sampler == "law" else {})
