@@ -30,7 +30,8 @@ def shrunk_paper_spec(tmp_path, hub_repo):
     """The paper preset with its sizes cut: the design and the recipe stay, the scale goes."""
     spec = tomllib.loads(resolve_spec_path("paper").read_text())
     spec.update(name="paper-tiny", budgets=[1.2e10, 2e10], recurrences=[1, 4], seq_len=64, batch_tokens=512,
-                val_tokens=4096, trials_per_cell=2, sampler="grid", branches=False, min_steps=8,  # (branches: law)
+                val_tokens=4096, trials_per_cell=2, sampler="grid", branches=False, information=0, min_steps=8,
+                # (branches and information: the law sampler's)
                 tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage=str(tmp_path / "tune"),
                 cache_dir=str(tmp_path / "cache"))
     spec["template"].update(width_unit=16, head_dim=16, vocab_size=512)  # depth, prelude, coda: the paper's
