@@ -17,7 +17,7 @@ Layout (every key optional unless marked)::
     trials_per_cell = 5
     sampler = "gp"                   # "law" (search/law_sampler.py; the presets') | "gp" | "tpe" | "grid" | "random"
     tolerance = 0.1                  # law sampler: a cell stops once its optimum is located this well (log width)
-    branches = false                 # law sampler: trials also record warmdown branches in smaller open cells
+    branches = false                 # law sampler: trials also record warmdown branches in the next smaller cell
                                      # (objectives/branches.py; a train objective needs recipe.schedule = "wsd")
     information = 0                  # law sampler: a located cell takes another width while that trial's share of
                                      # var(phi) removed is >= information x its share of the fewest trials' FLOPs
