@@ -224,12 +224,13 @@ class LawSurrogate:
         # the noise a cell's parabola sees: residuals about their cell's mean (a shift of a whole cell, as real
         # studies have, moves no optimum)
         within, _ = _split_by_cell(np.exp(data.log_l) - np.exp(predicted), data.cell)
-        dof = max(len(rows) - np.unique(data.cell).size, 1)
+        counts = np.bincount(data.cell)
+        counts = counts[counts > 0]  # runs per cell that has any
+        dof = max(len(rows) - counts.size, 1)
         self.noise = max(float(np.sqrt((within ** 2).sum() / dof)), NOISE_FLOOR)
         # the same split of the log-loss residuals sizes the errors of the information about phi: a run's own
         # variance, and what the spread of the cells' means has beyond it (a method-of-moments estimate)
         within, means = _split_by_cell(data.log_l - predicted, data.cell)
-        counts = np.bincount(data.cell)[np.bincount(data.cell) > 0]
         self.var_run = max(float((within ** 2).sum() / dof), (NOISE_FLOOR / float(np.exp(data.log_l).max())) ** 2)
         spread = float(np.var(means, ddof=1)) if means.size > 1 else 0.0
         self.var_cell = max(spread - self.var_run * float(np.mean(1.0 / counts)), 0.0)

@@ -113,10 +113,10 @@ def ols_phi(runs) -> float:
     return float(fit.x[5])
 
 
-def greedy(designs: Designs, start: list, limit: float, reference: float) -> tuple[float, float]:
-    """(sd(phi), FLOPs / reference) of the greedy design grown from ``start`` up to ``limit`` * reference."""
-    spec = designs.spec
-    optimum = {k: quality.truth(spec, c)[0] for k, c in designs.cells.items()}
+def greedy(designs: Designs, optimum: dict[tuple[float, int], float], start: list, limit: float,
+           reference: float) -> tuple[float, float]:
+    """(sd(phi), FLOPs / reference) of the greedy design grown from ``start`` up to ``limit`` * reference, using
+    widths within REACH of each cell's true ``optimum``."""
     widths = {k: [s for s in c.widths if abs(math.log(s / optimum[k])) <= REACH] for k, c in designs.cells.items()}
     points = list(start)
     spent = designs.flops(points)
@@ -172,12 +172,9 @@ def main() -> None:
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed, information=information)
             runs = quality.sweep("law+branches", spec, args.workers)
-            points = [(row.budget_flops, int(row.r), float(row.s),
-                       (row.budget_flops, int(row.r), float(row.s)) if not row.branch_of else row.branch_of)
-                      for row in runs.itertuples()]
-            by_id = {row.run_id: (row.budget_flops, int(row.r), float(row.s)) for row in runs.itertuples()
-                     if not row.branch_of}
-            points = [(b, r, s, by_id.get(run, run)) for b, r, s, run in points]
+            # a point's run is its trial's (budget, r, s): a branch point names its trial by run_id
+            trial = {row.run_id: (row.budget_flops, int(row.r), float(row.s)) for row in runs.itertuples()}
+            points = [(*trial[row.run_id], trial[row.branch_of or row.run_id]) for row in runs.itertuples()]
             sds.append(designs.sd_phi(points))
             shares.append(runs[runs["branch_of"] == ""]["flops_spent"].sum() / quality.grid_flops(spec))
         sd, share = statistics.fmean(sds), statistics.fmean(shares)
@@ -185,10 +182,10 @@ def main() -> None:
 
     print("3. bounds: a greedy design knowing the true law and optima, most variance of phi removed per FLOP")
     fewest = fewest_trials(base.cells(), branches=True)
-    optimum = {c.key: quality.truth(base, c)[0] for c in base.cells()}
+    optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
     bracket, single = [], []
     for c in base.cells():
-        i = min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[c.key])))
+        i = min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[(c.budget, c.r)])))
         around = [c.widths[i]] if fewest[c.key] == 1 else c.widths[max(i - 1, 0):i + 2]
         bracket += [(c.budget, c.r, s, (c.budget, c.r, s)) for s in around]
         single.append((c.budget, c.r, c.widths[i], (c.budget, c.r, c.widths[i])))
@@ -196,7 +193,7 @@ def main() -> None:
                                  ("one trial per cell", single, (0.40, 0.50, 0.60, 0.80))):
         figures = []
         for limit in limits:
-            sd, share = greedy(designs, start, limit, reference)
+            sd, share = greedy(designs, optimum, start, limit, reference)
             figures.append(f"{share:.0%}: {sd:.4f} ({sd * sd * share / grid_sd ** 2:.2f})")
         print(f"   from the {label:<18} " + ", ".join(figures), flush=True)
 
