@@ -72,6 +72,9 @@ DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a c
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 MAX_NAME = 128
+# fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
+# spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
+_UNLESS_SET = {"information": 0.0}
 
 
 @dataclass(frozen=True)
@@ -319,11 +322,13 @@ class SweepSpec:
         return self.max_concurrent or max(1, int(cpus_available // per_trial))
 
     def design(self) -> dict[str, Any]:
-        """What the sweep measures: every field but where it runs and logs (those may move between resumes)."""
+        """What the sweep measures: every field but where it runs and logs (those may move between resumes), and
+        but the fields added since sweeps were started while they hold the value that behaves as before
+        (``_UNLESS_SET``), so that a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
                 "workers", "testing"}
-        design = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
-        return design
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in skip and not (k in _UNLESS_SET and v == _UNLESS_SET[k])}
 
     @property
     def spec_hash(self) -> str:

@@ -151,6 +151,16 @@ def test_spec_hash_tracks_the_design_not_the_location(tmp_path):
     assert a.spec_hash == moved.spec_hash != changed.spec_hash
 
 
+def test_a_field_added_since_leaves_earlier_sweeps_hash_alone(tmp_path):
+    """A sweep started before ``information`` existed resumes after the upgrade: at its old behaviour (0) the field
+    stays out of spec_hash. The literals are the hashes these specs had before the field was added (1b647ab)."""
+    plain = SweepSpec.from_toml(write_spec(tmp_path))
+    law = SweepSpec.from_toml(write_spec(tmp_path, "law.toml", sampler="law"))
+    assert (plain.spec_hash, law.spec_hash) == ("42abded7f929", "c73e08eee687")
+    informed = SweepSpec.from_toml(write_spec(tmp_path, "info.toml", sampler="law", information=1))
+    assert informed.design()["information"] == 1.0 and informed.spec_hash != law.spec_hash
+
+
 def test_objective_override_drops_calibration(tmp_path):
     path = write_spec(tmp_path, objective="train", data={"source": "kjv"}, recipe={"base_lr": 0.04},
                       calibrate={"budget": 1e10, "s": 2, "r": 1, "trials": 2, "low": 0.01, "high": 0.1})
