@@ -1,7 +1,7 @@
 """How precisely a design of runs can measure phi for its FLOPs, on the simulated replay of the paper's study
 (run on demand; prints figures, asserts nothing).
 
-    python tests/benchmarks/bench_phi_information.py [--seeds 12] [--check-seeds 40]
+    python tests/benchmarks/bench_phi_information.py [--seeds 12] [--check-seeds 40] [--fit-seeds 80]
 
 A design is a set of runs (budget, r, width), each a trial of its own or a warmdown branch of one. With the
 law's true parameters and the simulate objective's errors (objectives/noise.py: a run's own noise, shared by
@@ -21,7 +21,11 @@ exactly. Printed:
 3. bounds: a greedy design that knows the true law and the cells' true optima adds, one at a time, the trial
    or branch point that removes the most variance of phi per FLOP, up to a share of the grid's FLOPs; once
    starting from the bracket rule's fewest trials (3 around each r's largest cell's optimum, 1 at every other
-   cell's), once from one trial per cell. What a sampler that must also find the optima can hope for.
+   cell's), once from one trial per cell. What a sampler that must also find the optima can hope for;
+4. the bounds without the linearisation: the bracket-rule greedy designs at 50% and 60% of the grid's FLOPs
+   simulated on ``--fit-seeds`` seeds and fitted like ``loopscale analyze`` fits (``fit_joint_law``, its point
+   estimate), paired with the grid on the same seeds: phi's RMSE, its ratio to the grid's with a 95% interval
+   over resampled seeds (as bench_search_quality prints it) and the share of seeds within 0.03 of 0.459.
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import pandas as pd
 from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_search_quality as quality  # noqa: E402
+from loopscale.analysis import fit_joint_law  # noqa: E402
+from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW, count_params, tokens_for_budget  # noqa: E402
+from loopscale.objectives import simulate  # noqa: E402
 from loopscale.objectives.noise import PERIODS  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.law_sampler import _log_loss, fewest_trials, log_loss_jacobian  # noqa: E402
@@ -50,6 +58,7 @@ from loopscale.search.law_sampler import _log_loss, fewest_trials, log_loss_jaco
 TRUE = np.array([math.log(PAPER_LAW.A), PAPER_LAW.alpha, math.log(PAPER_LAW.B), PAPER_LAW.beta,
                  math.log(PAPER_LAW.E), PAPER_LAW.phi])
 REACH = 0.6  # log width around a cell's true optimum that the greedy bound may use
+FIT_LIMITS = (0.50, 0.60)  # shares of the grid's FLOPs whose bracket-rule bounds section 4 fits
 
 
 class Designs:
@@ -113,10 +122,24 @@ def ols_phi(runs) -> float:
     return float(fit.x[5])
 
 
+def simulated_runs(spec: SweepSpec, points: list[tuple[float, int, float, object]]) -> pd.DataFrame:
+    """The runs table of a design on ``spec``'s seed: each trial simulated with the warmdown branches its
+    points name (objectives.simulate), its branch points expanded into rows as ``loopscale analyze`` reads them."""
+    cells = {(c.budget, c.r): c for c in spec.cells()}
+    rows = []
+    for budget, r, s, run in points:
+        if run == (budget, r, s):
+            below = tuple(sorted(p[0] for p in points if p[3] == run and p[:3] != run))
+            trial = dataclasses.replace(spec.trial_config(cells[(budget, r)], s), branch_budgets=below)
+            rows.append({**simulate(trial), "stage": "search"})
+    table = pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of="")
+    return expand_branches(table).assign(status="ok")
+
+
 def greedy(designs: Designs, optimum: dict[tuple[float, int], float], start: list, limit: float,
-           reference: float) -> tuple[float, float]:
-    """(sd(phi), FLOPs / reference) of the greedy design grown from ``start`` up to ``limit`` * reference, using
-    widths within REACH of each cell's true ``optimum``."""
+           reference: float) -> tuple[list, float, float]:
+    """(points, sd(phi), FLOPs / reference) of the greedy design grown from ``start`` up to ``limit`` * reference,
+    using widths within REACH of each cell's true ``optimum``."""
     widths = {k: [s for s in c.widths if abs(math.log(s / optimum[k])) <= REACH] for k, c in designs.cells.items()}
     points = list(start)
     spent = designs.flops(points)
@@ -135,7 +158,7 @@ def greedy(designs: Designs, optimum: dict[tuple[float, int], float], start: lis
             if best is None or gain > best[0]:
                 best = (gain, point, cost)
         if best is None:
-            return designs.sd_phi(points), spent / reference
+            return points, designs.sd_phi(points), spent / reference
         points.append(best[1])
         spent += best[2]
 
@@ -145,6 +168,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=12, help="law sampler sweeps per variant")
     parser.add_argument("--check-seeds", type=int, default=40, help="simulated grid sweeps for the check")
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--fit-seeds", type=int, default=80, help="simulated sweeps per design in section 4")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,7 +207,7 @@ def main() -> None:
     print("3. bounds: a greedy design knowing the true law and optima, most variance of phi removed per FLOP")
     fewest = fewest_trials(base.cells(), branches=True)
     optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
-    bracket, single = [], []
+    bracket, single, bounds = [], [], {}
     for c in base.cells():
         i = min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[(c.budget, c.r)])))
         around = [c.widths[i]] if fewest[c.key] == 1 else c.widths[max(i - 1, 0):i + 2]
@@ -193,9 +217,22 @@ def main() -> None:
                                  ("one trial per cell", single, (0.40, 0.50, 0.60, 0.80))):
         figures = []
         for limit in limits:
-            sd, share = greedy(designs, optimum, start, limit, reference)
+            points, sd, share = greedy(designs, optimum, start, limit, reference)
             figures.append(f"{share:.0%}: {sd:.4f} ({sd * sd * share / grid_sd ** 2:.2f})")
+            if label == "bracket rule" and limit in FIT_LIMITS:
+                bounds[f"bound at {limit:.0%}"] = points
         print(f"   from the {label:<18} " + ", ".join(figures), flush=True)
+
+    print(f"4. the bracket-rule bounds fitted like `loopscale analyze` (point estimate), {args.fit_seeds} seeds, paired "
+          f"with the grid\n   {'design':<16} {'phi RMSE':>8} {'ratio to the grid (95% CI)':>27} {'|err|<=0.03':>11}")
+    errors = {label: np.array([fit_joint_law(simulated_runs(dataclasses.replace(base, seed=seed), points),
+                                             n_starts=100, n_bootstrap=0).phi - PAPER_LAW.phi
+                               for seed in range(args.fit_seeds)])
+              for label, points in {"paper grid": grid, **bounds}.items()}
+    for label, err in errors.items():
+        ratio, (low, high) = quality.rmse_ratio(err, errors["paper grid"])
+        print(f"   {label:<16} {math.sqrt((err ** 2).mean()):>8.4f} {ratio:>13.2f} ({low:.2f} to {high:.2f}) "
+              f"{np.mean(np.abs(err) <= 0.03):>11.0%}", flush=True)
 
 
 if __name__ == "__main__":
