@@ -5,8 +5,10 @@ CUDA, and on CPU when the caller asks for it too (``cpu=True``): measured on 2 C
 compiled steps ran 1.65x (d = 64) to 1.95x (d = 16) faster than eager, after 36-60 s of compilation per shape.
 That warm-up is paid once per shape per sweep: ``cache_dir`` points Inductor's on-disk caches (FX graph cache,
 AOTAutograd cache; TORCHINDUCTOR_CACHE_DIR) at a folder the sweep's trials share, so a later trial of the
-same shape, in any process, loads the compiled graphs instead of compiling them. Eager stays the default
-on CPU (tests, tiny trials) and the reason string says what ran, so a sweep spec is portable.
+same shape, in any process, loads the compiled graphs instead of compiling them; each compile starts from a
+clean in-memory state (``torch._dynamo.reset``), so a process that runs many trials keeps compiling them.
+Eager stays the default on CPU (tests, tiny trials) and the reason string says what ran, so a sweep spec is
+portable.
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ def maybe_compile(module: torch.nn.Module, device: torch.device, enabled: bool, 
         return module, "eager (compile skipped on CPU: not requested for CPU)"
     if cache_dir:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)  # read by Inductor at each compile
+    import torch._dynamo
     import torch._inductor.config as inductor_config  # lazily: importing Inductor costs seconds
 
     inductor_config.fx_graph_cache = True
+    # A process may run many trials (Tune reuses its actors), and Dynamo keeps at most recompile_limit (8) graphs
+    # per code object: each shape adds two (training and evaluation), so from the fifth shape on LoopedLM.forward
+    # would run eager, silently. Each trial compiles as in a fresh process instead; the on-disk caches stay.
+    torch._dynamo.reset()
     return torch.compile(module), "compiled"

@@ -1,5 +1,6 @@
 """torch.compile on CPU pays its warm-up once per shape per sweep: a second trial of the same shape, in a fresh
-process, loads the compiled graphs from the compile cache in the sweep's cache_dir."""
+process, loads the compiled graphs from the compile cache in the sweep's cache_dir; and a process that runs trial
+after trial (a reused Tune actor) keeps compiling them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -31,8 +33,29 @@ print(json.dumps({"status": result["status"], "steps": result["steps"],
 """
 
 
-def run_trial(cache: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(cache)], capture_output=True, text=True, timeout=1200,
+# Trials of two widths in one process, with Dynamo's per-function graph limit lowered from 8 to 2 so that the
+# second width meets it (a trial compiles two graphs, training and evaluation); prints the graphs each trial made.
+SAME_PROCESS = """
+import json, sys
+import torch._dynamo
+from torch._dynamo.utils import counters
+from loopscale.objectives import TrialConfig, train
+torch._dynamo.config.recompile_limit = 2
+template = dict(depth=4, prelude=1, coda=1, width_unit=16, head_dim=16, seq_len=64, vocab_size=256)
+graphs = []
+for s in (1.0, 2.0):
+    before = counters["stats"]["unique_graphs"]
+    result = train(TrialConfig(budget_flops=4e9, s=s, r=2, template=template, batch_tokens=1024, seed=0,
+                               data={"source": "kjv"}, cache_dir=sys.argv[1], val_tokens=1024, num_threads=1,
+                               recipe={"ref_batch": 1024, "compile_cpu": True, "log_every": 1000}))
+    assert result["status"] == "ok", result
+    graphs.append(counters["stats"]["unique_graphs"] - before)
+print(json.dumps(graphs))
+"""
+
+
+def run_trial(cache: Path, script: str = SCRIPT) -> Any:
+    done = subprocess.run([sys.executable, "-c", script, str(cache)], capture_output=True, text=True, timeout=1200,
                           env={k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -48,3 +71,11 @@ def test_a_second_trial_of_the_same_shape_reuses_the_compiled_graphs(tmp_path):
     second = run_trial(tmp_path)
     assert second["status"] == "ok"
     assert second["hit"] > 0 and second["miss"] == 0  # ... then every graph came from the cache
+
+
+@pytest.mark.slow
+def test_a_process_running_trial_after_trial_keeps_compiling(tmp_path):
+    """Dynamo falls back to eager, silently, once a function has recompile_limit graphs; without a reset per trial
+    a reused actor's fifth width (here, with the limit at 2, its second) would train eager."""
+    first, second = run_trial(tmp_path, SAME_PROCESS)
+    assert first > 0 and second > 0
