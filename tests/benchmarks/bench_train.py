@@ -14,7 +14,9 @@ Achieved FLOP/s = flops_per_token (model.accounting) x tokens/s; MFU = achieved 
 --compile: per shape, two more trials with ``recipe.compile_cpu`` sharing one compile cache (model/runtime.py):
 "cold" compiles (its tokens/s include the warm-up), "warm" is a later trial of the same shape that loads the
 compiled graphs from the cache, as every trial after the first of a sweep does; "warm/eager" is the speed-up
-of a sweep's trial. Timing figures: take them on otherwise idle cores.
+of a sweep's trial; "graphs" counts the graphs Dynamo compiled for the two (4: training and evaluation, each
+compiled by both trials, the warm one from the cache; 0 would mean they ran eager). Every shape runs in this one
+process, as trial after trial does in a reused Tune actor. Timing figures: take them on otherwise idle cores.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tempfile
 import time
 
 import torch
+from torch._dynamo.utils import counters
 
 from loopscale.model import LoopedConfig, LoopedLM, flops_per_token
 from loopscale.objectives import TrialConfig, train
@@ -62,7 +65,8 @@ def throughput(cache_dir: str, threads: int, batch_tokens: int, steps: int, comp
     peak = device_peak_flops(cpu)
     print(f"{peak_description(cpu)}: {peak / 1e9:.1f} GFLOP/s; batch {batch_tokens} tokens, {steps} steps/shape")
     print(f"{'s':>3} {'d':>4} {'r':>2} {'tok/s':>8} {'GFLOP/s':>8} {'MFU':>5} {'bare tok/s':>10} {'trial/bare':>10}"
-          + (f" {'cold tok/s':>10} {'warm tok/s':>10} {'warm MFU':>8} {'warm/eager':>10}" if compiled else ""))
+          + (f" {'cold tok/s':>10} {'warm tok/s':>10} {'warm MFU':>8} {'warm/eager':>10} {'graphs':>6}"
+             if compiled else ""))
     for s in sizes:
         for r in (1, 2, 4):
             config = LoopedConfig.iso_depth(s, r, **TEMPLATE)
@@ -73,10 +77,12 @@ def throughput(cache_dir: str, threads: int, batch_tokens: int, steps: int, comp
             line = (f"{s:>3} {config.width:>4} {r:>2} {m['tokens_per_s']:>8.0f} {m['tokens_per_s'] * f / 1e9:>8.1f} "
                     f"{m['mfu']:>5.0%} {bare:>10.0f} {m['tokens_per_s'] / bare:>10.2f}")
             if compiled:
+                graphs = counters["stats"]["unique_graphs"]
                 cold, warm = (train(trial_config(s, r, f * batch_tokens * steps, batch_tokens, cache_dir, threads,
                                                  log_every=steps, compile_cpu=True)) for _ in range(2))
                 line += (f" {cold['tokens_per_s']:>10.0f} {warm['tokens_per_s']:>10.0f} {warm['mfu']:>8.0%} "
-                         f"{warm['tokens_per_s'] / m['tokens_per_s']:>10.2f}")
+                         f"{warm['tokens_per_s'] / m['tokens_per_s']:>10.2f} "
+                         f"{counters['stats']['unique_graphs'] - graphs:>6d}")
             print(line, flush=True)
 
 
