@@ -2,6 +2,7 @@
 (run on demand; prints figures, asserts nothing).
 
     python tests/benchmarks/bench_phi_information.py [--seeds 12] [--check-seeds 40] [--fit-seeds 80]
+                                                     [--set information=2 ...]
 
 A design is a set of runs (budget, r, width), each a trial of its own or a warmdown branch of one. With the
 law's true parameters and the simulate objective's errors (objectives/noise.py: a run's own noise, shared by
@@ -15,9 +16,10 @@ exactly. Printed:
 
 1. the check: the paper grid's linearised sd against the RMSE of ``--check-seeds`` simulated grid sweeps fitted
    by least squares (how far to trust the linearisation), and what each error source alone gives;
-2. designs: the paper grid, and the law sampler as the paper preset ships it and with ``information = 0``
-   (``--seeds`` sweeps each, as bench_search_quality runs them): FLOPs / the grid's, mean sd(phi), and the
-   variance-cost product var * FLOPs against the grid's (below 1: more precision per FLOP than the grid);
+2. designs: the paper grid, and the law sampler as the paper preset ships it (or as ``--set`` changes it) and
+   with ``information = 0`` (``--seeds`` sweeps each, as bench_search_quality runs them): FLOPs / the grid's,
+   mean sd(phi), and the variance-cost product var * FLOPs against the grid's (below 1: more precision per FLOP
+   than the grid);
 3. bounds: a greedy design that knows the true law and the cells' true optima adds, one at a time, the trial
    or branch point that removes the most variance of phi per FLOP, up to a share of the grid's FLOPs; once
    starting from the bracket rule's fewest trials (3 around each r's largest cell's optimum, 1 at every other
@@ -35,7 +37,6 @@ import dataclasses
 import math
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -169,10 +170,10 @@ def main() -> None:
     parser.add_argument("--check-seeds", type=int, default=40, help="simulated grid sweeps for the check")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--fit-seeds", type=int, default=80, help="simulated sweeps per design in section 4")
+    quality.add_set_option(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp:
-        base = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
+    base = quality.paper_replay(args.set)
     designs = Designs(base)
     grid = designs.grid()
     reference = designs.flops(grid)
@@ -191,7 +192,8 @@ def main() -> None:
     print(f"2. designs ({args.seeds} seeds each, {args.workers} workers)\n"
           f"   {'design':<28} {'FLOPs/grid':>10} {'sd(phi)':>8} {'var*FLOPs/grid':>14}")
     print(f"   {'paper grid':<28} {1.0:>10.1%} {grid_sd:>8.4f} {1.0:>14.2f}")
-    for label, information in (("law, as shipped", base.information), ("law, information = 0", 0.0)):
+    for label, information in ((f"law, information = {base.information:g}", base.information),
+                               ("law, information = 0", 0.0)):
         sds, shares = [], []
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed, information=information)

@@ -1,6 +1,7 @@
 """Search quality on the simulated replay of the paper's study (run on demand; prints figures, asserts nothing).
 
     python tests/benchmarks/bench_search_quality.py [--seeds 40] [--workers 4] [--methods law,gp,...]
+                                                    [--set information=2 ...]
 
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
 independent noise, a per-cell offset and a smooth per-cell deviation in log width). Every method runs
@@ -62,6 +63,17 @@ from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E40
 PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
               4.64e18: [10, 12, 14, 16, 18, 20], 1e19: [12, 16, 18, 20, 24], 2.15e19: [18, 24, 28, 34]}
 METHODS = ("paper grid", "random", "tpe", "gp", "law", "law+branches", "law+b info 0")
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a key of the paper preset, as `loopscale search --set` does (repeatable)")
+
+
+def paper_replay(sets: list[str]) -> SweepSpec:
+    """The ``paper`` preset with ``objective = "simulate"`` and the ``--set`` items."""
+    with tempfile.TemporaryDirectory() as tmp:  # the spec's tracking check needs a writable place, never used
+        return SweepSpec.from_toml("paper", sets, objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
 
 
 def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
@@ -130,10 +142,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
+    add_set_option(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp:  # the spec's tracking check needs a writable place, never used
-        base = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
+    base = paper_replay(args.set)
     reference = grid_flops(base)
     floor = bracket_floor(base)
     print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
