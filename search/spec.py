@@ -322,9 +322,9 @@ class SweepSpec:
         return self.max_concurrent or max(1, int(cpus_available // per_trial))
 
     def design(self) -> dict[str, Any]:
-        """What the sweep measures: every field but where it runs and logs (those may move between resumes), and
-        but the fields added since sweeps were started while they hold the value that behaves as before
-        (``_UNLESS_SET``), so that a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
+        """What the sweep measures: every field but where it runs and logs (those may move between resumes) and
+        the fields added since sweeps were started while they hold the value that behaves as before
+        (``_UNLESS_SET``): a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
                 "workers", "testing"}
         return {k: v for k, v in dataclasses.asdict(self).items()
