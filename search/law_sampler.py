@@ -183,11 +183,10 @@ class LawSurrogate:
         if not self.branches:
             return []
         g = self.cells[key]
-        below = [o.budget for o in self.cells.values() if o.r == g.r and o.budget < g.budget]
+        below = max((o.budget for o in self.cells.values() if o.r == g.r and o.budget < g.budget), default=None)
         out = []
         for k, other in self.cells.items():
-            if other.r != g.r or other.budget != max(below, default=None) or heads not in other.heads \
-                    or self.status(k) != "open":
+            if other.r != g.r or other.budget != below or heads not in other.heads or self.status(k) != "open":
                 continue
             done = self.results[k]
             if heads in done or heads in self.failed[k] or heads in busy.get(k, ()) or heads in self.incoming[k]:

@@ -74,7 +74,7 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 MAX_NAME = 128
 # fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
 # spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
-_UNLESS_SET = {"information": 0.0}
+_ADDED_FIELDS = {"information": 0.0}
 
 
 @dataclass(frozen=True)
@@ -324,11 +324,11 @@ class SweepSpec:
     def design(self) -> dict[str, Any]:
         """What the sweep measures: every field but where it runs and logs (those may move between resumes) and
         the fields added since sweeps were started while they hold the value that behaves as before
-        (``_UNLESS_SET``): a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
+        (``_ADDED_FIELDS``): a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
         skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
                 "workers", "testing"}
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in skip and not (k in _UNLESS_SET and v == _UNLESS_SET[k])}
+                if k not in skip and not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
 
     @property
     def spec_hash(self) -> str:

@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_search_quality as quality  # noqa: E402
 from loopscale.analysis import fit_joint_law  # noqa: E402
-from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW, count_params, tokens_for_budget  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.objectives.noise import PERIODS  # noqa: E402
@@ -133,8 +132,7 @@ def simulated_runs(spec: SweepSpec, points: list[tuple[float, int, float, object
             below = tuple(sorted(p[0] for p in points if p[3] == run and p[:3] != run))
             trial = dataclasses.replace(spec.trial_config(cells[(budget, r)], s), branch_budgets=below)
             rows.append({**simulate(trial), "stage": "search"})
-    table = pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of="")
-    return expand_branches(table).assign(status="ok")
+    return quality.runs_table(rows).assign(status="ok")
 
 
 def greedy(designs: Designs, optimum: dict[tuple[float, int], float], start: list, limit: float,

@@ -109,11 +109,17 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
             heapq.heappush(running, (clock + config["trial"]["budget_flops"] / 1e17, n, config))
             n += 1
         if not running:
-            return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
+            return runs_table(rows)
         clock, trial_id, config = heapq.heappop(running)
         result = {**simulate(TrialConfig.from_params(config["trial"])), "stage": "search"}
         searcher.on_trial_complete(str(trial_id), result)
         rows.append(result)
+
+
+def runs_table(rows: list[dict]) -> pd.DataFrame:
+    """The runs of simulated trials (their result dicts) as ``loopscale analyze`` reads them: one row per trial,
+    and one per warmdown branch point (analysis.runs.expand_branches)."""
+    return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
 
 
 def grid_step(budget: float, s_true: float) -> float:
