@@ -10,7 +10,9 @@ trained 32,064-token BPE. Steady state: the trial reports its loss at steps 1, 2
 between the report of step 2 and the last one, so the first steps (torch.compile's tracing, cuDNN and allocator
 warm-up) are left out. Each report reads the loss on the host, which synchronises the device, so the
 timestamps are honest. MFU = flops_per_token (model.accounting, PAPER.md's count) x tokens/s / the device's dense
-bf16 peak (objectives/peak.py).
+bf16 peak (objectives/peak.py). "graphs" counts the graphs Dynamo compiled for the shape (training and
+evaluation): 0 would mean the shape ran eager while the trial said "compiled" (Dynamo's recompile limit, see
+model/runtime.maybe_compile), so its figures would not be compiled figures.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 
 import torch
+from torch._dynamo.utils import counters
 
 from loopscale.model import LoopedConfig, flops_per_token
 from loopscale.objectives import TrialConfig, prepare_data, train
@@ -35,6 +38,7 @@ def measure(s: float, r: int, steps: int, micro: int, cache_dir: str) -> dict[st
     config = LoopedConfig.iso_depth(s, r, **TEMPLATE)
     f = flops_per_token(config)
     marks: list[tuple[int, float]] = []
+    graphs = counters["stats"]["unique_graphs"]
     trial = {"budget_flops": float(f * BATCH_TOKENS * steps), "r": r, "s": float(s), "template": TEMPLATE,
              "batch_tokens": BATCH_TOKENS, "seed": 0, "objective": "train", "data": DATA, "device": "cuda",
              "cache_dir": cache_dir, "val_tokens": 4 * TEMPLATE["seq_len"],
@@ -44,7 +48,8 @@ def measure(s: float, r: int, steps: int, micro: int, cache_dir: str) -> dict[st
     tokens_per_s = (tokens_b - tokens_a) / (t_b - t_a)
     return {"width": config.width, "tokens_per_s": tokens_per_s,
             "mfu": tokens_per_s * f / device_peak_flops(torch.device("cuda")), "val_loss": result["val_loss"],
-            "status": result["status"], "wall_s": result["wall_s"]}
+            "status": result["status"], "wall_s": result["wall_s"],
+            "graphs": counters["stats"]["unique_graphs"] - graphs}
 
 
 def main() -> int:
@@ -63,12 +68,12 @@ def main() -> int:
         started = time.perf_counter()
         prepare_data(DATA, TEMPLATE["seq_len"], cache, 4 * TEMPLATE["seq_len"])
         print(f"data: KJV, trained BPE, packed in {time.perf_counter() - started:.1f} s", flush=True)
-        print(f"{'s':>4} {'r':>2} {'width':>6} {'tokens/s':>12} {'MFU':>6} {'val_loss':>9} {'wall_s':>7}", flush=True)
+        print(f"{'s':>4} {'r':>2} {'width':>6} {'tokens/s':>12} {'MFU':>6} {'val_loss':>9} {'wall_s':>7} {'graphs':>6}", flush=True)
         for pair in args.shapes.split(","):
             s, r = pair.split(":")
             m = measure(float(s), int(r), args.steps, args.micro, cache)
             print(f"{float(s):>4g} {int(r):>2} {m['width']:>6} {m['tokens_per_s']:>12,.0f} {m['mfu']:>6.1%} "
-                  f"{m['val_loss']:>9.4f} {m['wall_s']:>7.1f}  {m['status']}", flush=True)
+                  f"{m['val_loss']:>9.4f} {m['wall_s']:>7.1f} {m['graphs']:>6d}  {m['status']}", flush=True)
     return 0
 
 
