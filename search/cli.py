@@ -14,6 +14,7 @@ or Ray are imported (seconds), and the subcommands import what they need when th
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from collections.abc import Callable
@@ -205,5 +206,18 @@ def main(argv: list[str] | None = None) -> int:
         restore_signals(previous)
 
 
+def entry() -> None:
+    """The ``loopscale`` console script and ``python -m loopscale.search.cli``: ``main``, then exit with its code.
+
+    Before exiting it moves every live object to the collector's permanent generation (``gc.freeze``). Python's
+    finalisation otherwise runs full collections over everything torch, Ray, MLflow and pandas allocated: 2.6 s
+    of a small sweep's ~27 s command here (py-spy showed the main thread in ``gc_collect_main`` for all of it).
+    atexit handlers, the flush of stdout and stderr and every refcounted finaliser still run; memory goes back
+    to the OS with the process. ``main`` itself does not freeze, since tests call it in-process many times."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
