@@ -1,21 +1,23 @@
 """Runs table -> per-cell optima, Pareto frontier, joint-law fit, allocation tables, plots, exports.
 
 Reads only the runs table (DESIGN.md); never imports Ray. Sizes, FLOPs and tokens come from ``model``.
+Names resolve on first use (PEP 562, ``model/lazy.py``), as at the package's top level:
+``loopscale --help`` registers the analysis commands without loading scipy or matplotlib.
 """
 
-from .allocation import allocation_table
-from .compare import Comparison, compare_runs
-from .fit import (DEFAULT_BOUNDS, DEFAULT_FIT_OPTIONS, Bounds, FitOptions, FitStatus, FitSuite, LawFit,
-                  fit_joint_law, fit_suite)
-from .frontier import pareto_frontier, power_laws
-from .isoflop import IsoflopResult, cell_optima
-from .report import Analysis, analyze
-from .runs import RUN_COLUMNS, exclusions, load_runs, usable_runs
-from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE, SizeCurve
+from loopscale.model.lazy import on_first_use
 
-__all__ = [
-    "DEFAULT_BOUNDS", "DEFAULT_FIT_OPTIONS", "PAPER_BATCH_TOKENS", "PAPER_TEMPLATE", "RUN_COLUMNS", "Analysis",
-    "Bounds", "Comparison", "FitOptions", "FitStatus", "FitSuite", "IsoflopResult", "LawFit", "SizeCurve",
-    "allocation_table", "analyze", "cell_optima", "compare_runs", "exclusions", "fit_joint_law", "fit_suite",
-    "load_runs", "pareto_frontier", "power_laws", "usable_runs",
-]
+_EXPORTS = {
+    "allocation_table": "allocation",
+    "Comparison": "compare", "compare_runs": "compare",
+    "DEFAULT_BOUNDS": "options", "DEFAULT_FIT_OPTIONS": "options", "Bounds": "options", "FitOptions": "options",
+    "FitStatus": "fit", "FitSuite": "fit", "LawFit": "fit", "fit_joint_law": "fit", "fit_suite": "fit",
+    "pareto_frontier": "frontier", "power_laws": "frontier",
+    "IsoflopResult": "isoflop", "cell_optima": "isoflop",
+    "Analysis": "report", "analyze": "report",
+    "RUN_COLUMNS": "runs", "exclusions": "runs", "load_runs": "runs", "usable_runs": "runs",
+    "PAPER_BATCH_TOKENS": "sizes", "PAPER_TEMPLATE": "sizes", "SizeCurve": "sizes",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = on_first_use(__name__, _EXPORTS)

@@ -3,6 +3,10 @@
 ``register(subparsers)`` adds them to the main parser (search/cli.py); each sets ``func`` to a function of the
 parsed arguments returning an exit code. Bad input raises ValueError with one line, before anything is
 written; ``main`` (and the top-level CLI) prints it and exits 2. ``python -m analysis.cli`` runs them alone.
+
+Registering the commands loads nothing heavier than numpy and pandas: each command imports the fit, the plots
+and torch-free sizing when it runs, so ``loopscale --help`` and the search commands do not pay for scipy and
+matplotlib.
 """
 
 from __future__ import annotations
@@ -13,18 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from loopscale.model import PAPER_LAW
-
-from .allocation import allocation_table, buildable, outside_fitted, readable
-from .compare import compare_runs, excluded_text
-from .fit import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptions, fit_joint_law, with_identification
-from .identify import likely_fixes
-from .isoflop import cell_optima
-from .report import analyze, template_mismatch
-from .spec_diff import differences_text, inert_differences, spec_differences
-from .runs import load_runs, template_of, usable_runs
+from .options import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptions
 from .store import DEFAULT_RUN_DIR
-from .tables import FORMATS, render
+from .tables import FORMATS
 
 PAPER_BUDGETS = (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
 DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
@@ -130,6 +125,9 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file), write its tables and
     plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
     when the runs came from MLflow and ``log``."""
+    from .report import analyze
+    from .runs import load_runs, usable_runs
+
     _check_out(out, folder=True)
     runs = load_runs(experiment, tracking_uri)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
@@ -175,6 +173,17 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from loopscale.model import PAPER_LAW
+
+    from .allocation import allocation_table, buildable, readable
+    from .compare import excluded_text
+    from .fit import fit_joint_law, with_identification
+    from .identify import likely_fixes
+    from .isoflop import cell_optima
+    from .report import template_mismatch
+    from .runs import load_runs, template_of, usable_runs
+    from .tables import render
+
     _check_out(args.out, folder=False)
     if args.law == "paper":
         law, template, batch_tokens = PAPER_LAW, None, None
@@ -217,6 +226,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 def warn_extrapolation(budgets, fitted_budgets) -> None:
     """A warning line on stderr for budgets outside the fitted range: the law is extrapolated there."""
+    from .allocation import outside_fitted
+
     outside = outside_fitted(budgets, fitted_budgets)
     if outside:
         print(f"loopscale: warning: budget(s) {', '.join(f'{c:.3g}' for c in outside)} lie outside the fitted "
@@ -225,6 +236,9 @@ def warn_extrapolation(budgets, fitted_budgets) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from .compare import compare_runs
+    from .runs import load_runs
+
     options = _options(args)
     runs_a = load_runs(args.experiment_a, args.tracking_uri)
     runs_b = load_runs(args.experiment_b, args.tracking_uri)
@@ -238,6 +252,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def spec_notes(name_a: str, runs_a, name_b: str, runs_b) -> list[str]:
     """The spec keys that differ between two sweeps read from MLflow, and warnings for those that cannot act."""
+    from .spec_diff import differences_text, inert_differences, spec_differences
     from .tracking import read_sweep_spec
 
     uris = (runs_a.attrs.get("tracking_uri"), runs_b.attrs.get("tracking_uri"))

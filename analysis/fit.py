@@ -53,86 +53,12 @@ from .frontier import pareto_frontier
 from .identify import phi_problems
 from .isoflop import cell_optima
 from .optimize import BatchResult, Stop, minimize_batch
+from .options import DEFAULT_FIT_OPTIONS, THETA, Bounds, FitOptions
 from .runs import usable_runs
 
-# Internal parameter order of theta; the public constants are (E, A, alpha, B, beta, phi).
-THETA = ("a", "alpha", "b", "beta", "e", "phi")
+# The public constants, in this order; the internal order of theta is options.THETA.
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
-DATA_MODES = ("all", "frontier", "optima")
-INTERVAL_METHODS = ("auto", "block", "residual")
 BLOCK_LOSS_LIMIT = 0.10  # largest expected share of block resamples losing a whole r or budget (module docstring)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Box bounds of the log-space parameters (the paper's)."""
-
-    a: tuple[float, float] = (-5.0, 35.0)
-    alpha: tuple[float, float] = (0.0, 2.5)
-    b: tuple[float, float] = (-5.0, 35.0)
-    beta: tuple[float, float] = (0.0, 2.5)
-    e: tuple[float, float] = (-3.0, 2.0)
-    phi: tuple[float, float] = (-3.0, 3.0)
-
-    def __post_init__(self) -> None:
-        for name in THETA:
-            lo, hi = getattr(self, name)
-            if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-                raise ValueError(f"bounds for {name} must be finite with lower <= upper, got ({lo}, {hi})")
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) in THETA order."""
-        pairs = np.array([getattr(self, name) for name in THETA], dtype=float)
-        return pairs[:, 0], pairs[:, 1]
-
-
-DEFAULT_BOUNDS = Bounds()
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """How ``fit_joint_law`` fits. Defaults follow the paper.
-
-    data: "all" runs, only the per-r Pareto "frontier", or the per-cell IsoFLOP "optima" (analysis.isoflop).
-    stage: only runs of this stage are fitted (None: every stage).
-    fix_phi: hold phi at this value (0 and 1 are the paper's restricted fits; a per-r fit with phi = 0 is a
-        plain Chinchilla fit on N = N_once + N_rec).
-    bootstrap_starts: starts per bootstrap resample: the full-data optimum plus the next-best distinct local
-        minima found by the main fit.
-    interval: "block" or "residual" bootstrap, or "auto" to choose by the cells (``interval_method``).
-    """
-
-    delta: float = 1e-3
-    n_starts: int = 500
-    max_iter: int = 10_000
-    n_bootstrap: int = 200
-    bootstrap_starts: int = 4
-    confidence: float = 0.95
-    seed: int = 0
-    bounds: Bounds = DEFAULT_BOUNDS
-    fix_phi: float | None = None
-    data: str = "all"
-    stage: str | None = "search"
-    interval: str = "auto"
-
-    def __post_init__(self) -> None:
-        checks = [
-            (self.delta > 0, f"delta must be positive, got {self.delta}"),
-            (self.n_starts >= 1, f"n_starts must be >= 1, got {self.n_starts}"),
-            (self.max_iter >= 1, f"max_iter must be >= 1, got {self.max_iter}"),
-            (self.n_bootstrap >= 0, f"n_bootstrap must be >= 0, got {self.n_bootstrap}"),
-            (self.bootstrap_starts >= 1, f"bootstrap_starts must be >= 1, got {self.bootstrap_starts}"),
-            (0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}"),
-            (self.data in DATA_MODES, f"data must be one of {DATA_MODES}, got {self.data!r}"),
-            (self.interval in INTERVAL_METHODS, f"interval must be one of {INTERVAL_METHODS}, got {self.interval!r}"),
-            (self.fix_phi is None or np.isfinite(self.fix_phi), f"fix_phi must be finite, got {self.fix_phi}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-
-
-DEFAULT_FIT_OPTIONS = FitOptions()
 
 
 class FitStatus(enum.Enum):

@@ -23,10 +23,11 @@ import pandas as pd
 from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
-from .fit import DEFAULT_FIT_OPTIONS, FitOptions, FitSuite, fit_rows, fit_suite
+from .fit import FitSuite, fit_rows, fit_suite
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
+from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
 from .runs import excluded_runs, exclusions, template_of, usable_runs

@@ -1,12 +1,19 @@
-"""The looped transformer and its exact accounting. Depends on torch only."""
+"""The looped transformer and its exact accounting.
+
+The accounting, the configuration and the law are plain Python: the search driver, the analysis and
+``loopscale --help`` use them without torch. ``LoopedLM``, the torch module, is imported on its first use
+(PEP 562, ``lazy.py``).
+"""
 
 from .accounting import ParamCounts, count_params, flops_per_token, tokens_for_budget
 from .config import (INJECTIONS, ISO_DEPTH, PRESETS, LoopedConfig, heads_to_s, iso_depth_template,
                      s_to_heads)
 from .law import PAPER_LAW, JointLaw
-from .looped import LoopedLM
+from .lazy import on_first_use
 
 __all__ = [
     "INJECTIONS", "ISO_DEPTH", "PRESETS", "PAPER_LAW", "JointLaw", "LoopedConfig", "LoopedLM", "ParamCounts",
     "count_params", "flops_per_token", "heads_to_s", "iso_depth_template", "s_to_heads", "tokens_for_budget",
 ]
+
+__getattr__, _ = on_first_use(__name__, {"LoopedLM": "looped"})

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
-from loopscale.analysis.fit import THETA, FitData, block_loss_share, interval_method, objective
+from loopscale.analysis.fit import FitData, block_loss_share, interval_method, objective
+from loopscale.analysis.options import THETA
 from loopscale.analysis.optimize import Stop, minimize_batch
 from loopscale.model import PAPER_LAW, JointLaw
 from test_analysis_sim import PAPER_GRID, paper_runs

@@ -1,27 +1,52 @@
-"""The distribution installs under one namespace: a researcher's own `model.py` or `analysis/` cannot shadow it."""
+"""The distribution installs under one namespace: a researcher's own `model.py` or `analysis/` cannot shadow it;
+and a process loads only what it uses (names resolve on first use, model/lazy.py)."""
 
 import subprocess
 import sys
+
+
+def python(*lines: str, cwd=None) -> str:
+    """Run ``lines`` in a fresh interpreter; its standard output (a failure shows its standard error)."""
+    done = subprocess.run([sys.executable, "-c", "\n".join(lines)], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def test_a_stray_model_py_in_the_working_directory_does_not_shadow_loopscale(tmp_path):
     (tmp_path / "model.py").write_text("raise SystemExit('the stray model.py was imported')\n")
     (tmp_path / "analysis").mkdir()
     (tmp_path / "analysis" / "__init__.py").write_text("raise SystemExit('the stray analysis/ was imported')\n")
-    code = ("from loopscale.analysis.runs import load_runs\n"
-            "from loopscale import LoopedConfig, count_params, fit_joint_law\n"
-            "print(count_params(LoopedConfig.iso_depth(10, 4)).N)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "40152960"  # PAPER.md: N = 40.2M at s = 10, r = 4
+    out = python("from loopscale.analysis.runs import load_runs",
+                 "from loopscale import LoopedConfig, count_params, fit_joint_law",
+                 "print(count_params(LoopedConfig.iso_depth(10, 4)).N)", cwd=tmp_path)
+    assert out == "40152960"  # PAPER.md: N = 40.2M at s = 10, r = 4
 
 
 def test_import_loopscale_is_light_until_a_name_is_used():
-    code = ("import sys, loopscale\n"
-            "assert 'torch' not in sys.modules, 'import loopscale pulled torch'\n"
-            "loopscale.LoopedConfig\n"
-            "assert 'torch' in sys.modules\n"
-            "print(sorted(loopscale.__all__)[:2])\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "LawFit" in done.stdout
+    out = python("import sys, loopscale",
+                 "assert 'torch' not in sys.modules, 'import loopscale pulled torch'",
+                 "loopscale.LoopedConfig, loopscale.count_params",
+                 "assert 'torch' not in sys.modules, 'the accounting pulled torch'",
+                 "loopscale.LoopedLM",
+                 "assert 'torch' in sys.modules",
+                 "print(sorted(loopscale.__all__)[:2])")
+    assert "LawFit" in out
+
+
+def test_the_parser_leaves_the_fit_and_the_plots_unloaded():
+    # every subcommand's parser (`loopscale --help`) registers the analysis commands without scipy or matplotlib
+    out = python("import sys",
+                 "from loopscale.search.cli import build_parser",
+                 "build_parser().format_help()",
+                 "print([m for m in ('scipy', 'matplotlib') if m in sys.modules])")
+    assert out == "[]"
+
+
+def test_the_analysis_loads_no_torch():
+    # the analysis reads a runs table: fitting the law and sizing models need the accounting, not torch
+    out = python("import sys",
+                 "from loopscale.analysis import allocation_table, fit_joint_law",
+                 "from loopscale.analysis.cli import run_export",
+                 "print('torch' in sys.modules)")
+    assert out == "False"
