@@ -31,7 +31,7 @@ def _spec_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _objective_argument(p: argparse.ArgumentParser, help: str) -> None:
-    from .spec import OBJECTIVES
+    from loopscale.objectives.trial import OBJECTIVES
 
     p.add_argument("--objective", choices=OBJECTIVES, help=help)
 

@@ -491,7 +491,7 @@ def _span(low: float, high: float) -> str:
     low_text, high_text = _duration(low), _duration(high)
     if low_text == high_text:
         return low_text
-    (low_n, low_unit), (high_n, high_unit) = low_text.split(" ", 1), high_text.split(" ", 1)
+    (low_n, low_unit), (_, high_unit) = low_text.split(" ", 1), high_text.split(" ", 1)
     return f"{low_n}-{high_text}" if low_unit == high_unit else f"{low_text} to {high_text}"
 
 

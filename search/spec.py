@@ -58,13 +58,13 @@ from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_track
 from loopscale.model import INJECTIONS, ISO_DEPTH, JointLaw, LoopedConfig, iso_depth_template
 from loopscale.objectives.noise import Noise
 from loopscale.objectives import testing
+from loopscale.objectives.trial import OBJECTIVES
 
 from . import space
 from .overrides import apply_sets, effective_text
 from .space import STAGES, Calibration, Cell
 from .toml_table import Table, require
 
-OBJECTIVES = ("train", "simulate")
 SAMPLERS = ("law", "gp", "tpe", "grid", "random")
 PRESET_NAMES = ("smoke", "demo", "paper")
 TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size")
