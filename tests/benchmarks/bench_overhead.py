@@ -10,7 +10,11 @@ Measured in one run, each against the same simulated trials:
    side, with Tune's experiment-state snapshot every 2 s (the simulated default) and after every step (what
    training sweeps use, so a finished trial is never trained again after a crash);
 4. starting a local Ray (``ray.init(num_cpus=2)``) and creating a fresh MLflow sqlite store, paid once per sweep;
-5. the paper replay end to end, ``loopscale search paper --objective simulate`` as a subprocess.
+5. the paper replay end to end, ``loopscale search paper --objective simulate`` as a subprocess;
+6. a command's fixed costs as a user pays them: ``loopscale --help`` against a bare interpreter start (the
+   baseline), and a small simulated sweep run as ``python -m loopscale.search.cli search``, timed line by line:
+   start to its banner (imports, Ray, the store), banner to the first result (Tune starts the trial
+   processes), to the last, and its last line to the process's exit (Ray's shutdown, the interpreter's).
 
 Overhead per trial = (sweep wall time) / trials - (objective time per trial); everything else is fixed cost.
 """
@@ -45,6 +49,33 @@ def sweep_spec(tmp: Path, name: str, trials: int) -> SweepSpec:
     return SweepSpec.from_toml(write_spec(tmp, f"{name}.toml", name=name, budgets=[1e12, 3e12, 1e13],
                                           recurrences=[1, 2, 4, 8], trials_per_cell=trials // 12,
                                           template={"depth": 10}, widths={"s_min": 1, "s_max": 24}))
+
+
+def wall_s(argv: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def command_phases(spec: SweepSpec) -> dict[str, float]:
+    """Seconds from the start of ``loopscale search`` to its banner, its first and last results, its last line
+    and its exit."""
+    started = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-u", "-m", "loopscale.search.cli", "search", spec.source],
+                               cwd=Path(spec.source).parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    marks: dict[str, float] = {}
+    for line in process.stdout:
+        now = time.perf_counter() - started
+        if line.startswith("sweep ") and "banner" not in marks:
+            marks["banner"] = now
+        if line.startswith("[search "):
+            marks.setdefault("first result", now)
+            marks["last result"] = now
+        marks["last line"] = now
+    process.wait()
+    marks["exit"] = time.perf_counter() - started
+    return {name: marks[name] for name in ("banner", "first result", "last result", "last line", "exit")}
 
 
 def main() -> None:
@@ -93,6 +124,10 @@ def main() -> None:
                             cwd=tmp, capture_output=True, text=True)
     replay_s = time.perf_counter() - started
 
+    bare_s = min(wall_s([sys.executable, "-c", "pass"], tmp) for _ in range(3))
+    help_s = min(wall_s([sys.executable, "-m", "loopscale.search.cli", "--help"], tmp) for _ in range(3))
+    phases = command_phases(sweep_spec(tmp, "command", 24))
+
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the end")
     print(f"objective alone (simulate):          {objective_s * 1e3:8.3f} ms per trial  (baseline)")
     print(f"MLflow logger alone (sqlite):        {mlflow_s * 1e3:8.1f} ms per trial")
@@ -105,6 +140,12 @@ def main() -> None:
     print(f"fixed per sweep: ray.init {ray_s:.1f} s, fresh MLflow sqlite store {store_s:.1f} s")
     print(f"paper replay, loopscale search paper --objective simulate: {replay_s:.1f} s wall "
           f"(exit {replay.returncode}; {replay.stdout.count('[search ')} trials)")
+    print(f"loopscale --help: {help_s:.2f} s wall, {help_s / bare_s:.0f}x a bare interpreter start "
+          f"({bare_s:.2f} s; baseline); best of 3")
+    marks = list(phases.items())
+    print("a 24-trial simulated sweep, as a command: " + ", ".join(
+        f"{name} {t - (marks[i - 1][1] if i else 0.0):.1f} s" for i, (name, t) in enumerate(marks))
+          + f" (each since the previous mark; {phases['exit']:.1f} s in all)")
 
 
 if __name__ == "__main__":
