@@ -2,7 +2,7 @@
 
 The public contract of DESIGN.md, importable from the top: ``from loopscale import LoopedConfig, fit_joint_law``.
 Names resolve on first use (PEP 562), so ``import loopscale`` and ``loopscale --help`` do not pay for torch;
-``analysis``, ``objectives`` and ``model`` resolve theirs the same way (``model/lazy.py``).
+``model``, ``analysis`` and ``search`` resolve theirs the same way (``model/lazy.py``).
 """
 
 from .model.lazy import on_first_use

@@ -5,7 +5,7 @@ parsed arguments returning an exit code. Bad input raises ValueError with one li
 written; ``main`` (and the top-level CLI) prints it and exits 2. ``python -m analysis.cli`` runs them alone.
 
 Registering the commands loads nothing heavier than numpy and pandas: each command imports the fit, the plots
-and torch-free sizing when it runs, so ``loopscale --help`` and the search commands do not pay for scipy and
+and the allocation when it runs, so the parser of every ``loopscale`` command loads neither scipy nor
 matplotlib.
 """
 

@@ -1,8 +1,7 @@
 """The looped transformer and its exact accounting.
 
-The accounting, the configuration and the law are plain Python: the search driver, the analysis and
-``loopscale --help`` use them without torch. ``LoopedLM``, the torch module, is imported on its first use
-(PEP 562, ``lazy.py``).
+The accounting, the configuration and the law are plain Python: the analysis uses them without torch.
+``LoopedLM``, the torch module, is imported on its first use (PEP 562, ``lazy.py``).
 """
 
 from .accounting import ParamCounts, count_params, flops_per_token, tokens_for_budget

@@ -68,7 +68,8 @@ def main() -> int:
         started = time.perf_counter()
         prepare_data(DATA, TEMPLATE["seq_len"], cache, 4 * TEMPLATE["seq_len"])
         print(f"data: KJV, trained BPE, packed in {time.perf_counter() - started:.1f} s", flush=True)
-        print(f"{'s':>4} {'r':>2} {'width':>6} {'tokens/s':>12} {'MFU':>6} {'val_loss':>9} {'wall_s':>7} {'graphs':>6}", flush=True)
+        print(f"{'s':>4} {'r':>2} {'width':>6} {'tokens/s':>12} {'MFU':>6} {'val_loss':>9} {'wall_s':>7} "
+              f"{'graphs':>6}", flush=True)
         for pair in args.shapes.split(","):
             s, r = pair.split(":")
             m = measure(float(s), int(r), args.steps, args.micro, cache)
