@@ -3,8 +3,8 @@
 Schwethelm et al. 2026 ran a hindsight grid of 116 runs (PAPER.md, "The grid": 4-6 widths per budget, the
 same for every r in {1, 2, 4, 8}). What it cost follows from ``model``'s accounting, exactly as a sweep
 counts its own trials: per run, training FLOPs per token times the tokens its budget buys in whole optimizer
-steps (``tokens_for_budget``), which is a hair under the budget C. A sweep over the same cells, template and
-batch is compared with that figure (``paper_grid_reference``); any other sweep is not.
+steps (``tokens_for_budget``), which is a hair under the budget C. A sweep that covers those cells with the same
+template and batch is compared with that figure (``paper_grid_reference``); any other sweep is not.
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ def paper_grid_flops(template: dict[str, Any] | None = None, batch_tokens: int =
 
 def paper_grid_reference(budgets: Iterable[float], recurrences: Iterable[int], template: dict[str, Any],
                          batch_tokens: int) -> float | None:
-    """The paper grid's FLOPs when a sweep has its cells, template and batch; else None (not comparable)."""
-    same_cells = (sorted({float(b) for b in budgets}) == sorted(PAPER_GRID)
-                  and sorted({int(r) for r in recurrences}) == list(PAPER_RECURRENCES))
+    """The paper grid's FLOPs when a sweep covers its cells (every paper budget and r; more cells are allowed:
+    the ``paper`` preset adds two cheap budgets below the paper's) with its template and batch; else None (not
+    comparable). The share is then what the whole sweep spent against what the paper spent on its part."""
+    covers = ({float(b) for b in budgets} >= set(PAPER_GRID)
+              and {int(r) for r in recurrences} >= set(PAPER_RECURRENCES))
     same_model = all(template.get(k) == v for k, v in PAPER_TEMPLATE.items()) and batch_tokens == PAPER_BATCH_TOKENS
-    return paper_grid_flops(template, batch_tokens) if same_cells and same_model else None
+    return paper_grid_flops(template, batch_tokens) if covers and same_model else None
 
 
 def flops_text(spent: float, reference: float | None) -> str:

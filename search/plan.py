@@ -148,7 +148,7 @@ def flops_estimate(spec: SweepSpec) -> str:
     """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
     optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
     (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell and 1 in every other cell
-    (its first); next to the paper grid's figure when the cells match it (analysis.flops)."""
+    (its first); next to the paper grid's figure when the sweep covers its cells (analysis.flops)."""
     cap = floor = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":

@@ -1012,7 +1012,7 @@ def _run_stage(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None, *, ex
 
 def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, Any]:
     """FLOPs the sweep's trials spent: total (every stage), per search cell, and the paper grid's figure where
-    the sweep has its cells, template and batch (else None)."""
+    the sweep covers its cells with its template and batch (else None)."""
     spent = [(r["cell"], r["stage"], float(r.get("flops_spent", 0.0))) for s in stages.values() for r in s.results
              if _finite(r.get("flops_spent"))]
     per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}

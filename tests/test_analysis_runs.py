@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from loopscale.analysis import RUN_COLUMNS, exclusions, load_runs, usable_runs
+from loopscale.analysis.flops import paper_grid_flops, paper_grid_reference
 from loopscale.analysis.runs import template_of
+from loopscale.analysis.sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 from test_analysis_sim import PAPER_GRID, TEMPLATE, log_sweep, paper_runs, trial_configs
 
 SMALL_GRID = {1e18: (6, 8, 10, 12, 14)}
@@ -165,6 +167,19 @@ def test_a_server_that_does_not_answer(tmp_path):
 
 def test_paper_grid_budgets_are_the_papers():
     assert sorted(paper_runs()["budget_flops"].unique()) == sorted(PAPER_GRID)
+
+
+def test_a_sweep_is_compared_with_the_paper_grid_only_when_it_covers_its_cells():
+    grid = paper_grid_flops()
+    assert 7.2e20 < grid < 7.3e20  # PAPER.md: 116 runs, each a hair under its budget
+    same = dict(budgets=list(PAPER_GRID), recurrences=[1, 2, 4, 8], template=dict(PAPER_TEMPLATE),
+                batch_tokens=PAPER_BATCH_TOKENS)
+    assert paper_grid_reference(**same) == grid
+    # the paper preset's two cheap budgets below the paper's: the same reference (what the paper spent)
+    assert paper_grid_reference(**{**same, "budgets": [1e17, 2.15e17, *PAPER_GRID]}) == grid
+    assert paper_grid_reference(**{**same, "budgets": list(PAPER_GRID)[1:]}) is None  # a paper budget missing
+    assert paper_grid_reference(**{**same, "recurrences": [1, 2, 4]}) is None
+    assert paper_grid_reference(**{**same, "batch_tokens": PAPER_BATCH_TOKENS // 2}) is None
 
 
 @pytest.mark.integration
