@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pickle
 
 import optuna
 import pandas as pd
@@ -25,8 +24,8 @@ BUDGETS = [4.64e17, 1e18, 2.15e18]
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory) -> SweepSpec:
-    """The paper preset replayed (law sampler, shipped noise) on its three cheapest budgets: 12 cells, without
-    warmdown branches (``branched`` has them, as the preset ships)."""
+    """The paper preset replayed (law sampler, shipped noise) on the paper's three cheapest budgets: 12 cells,
+    without warmdown branches (``branched`` has them, as the preset ships)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     uri = f"sqlite:///{tmp_path_factory.mktemp('law')}/unused.db"
     paper = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=uri)

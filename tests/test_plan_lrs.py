@@ -6,6 +6,7 @@ import tomllib
 from importlib import resources
 
 from loopscale import objectives
+from loopscale.analysis.flops import PAPER_GRID
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.plan import render_plan
@@ -35,8 +36,12 @@ def test_plan_prints_each_trials_rates(tmp_path, capsys):
     assert header.split()[-4:] == ["lr", "lr_emb", "lr_head", "lr_norm"]
     for line, lrs in zip([ln for ln in text.splitlines() if ln.startswith("  ") and "width" not in ln], expected):
         assert line.split()[-4:] == [f"{lrs[g]:.3g}" for g in ("matrices", "embedding", "lm_head", "norms")]
-    matrix = [lrs["matrices"] for lrs in expected]
-    assert 0.006 < min(matrix) < 0.01 and 0.018 < max(matrix) < 0.03  # the data rule across the grid
+    # the data rule across the paper's budgets (PAPER.md: 0.0072-0.0202 on its grid); the preset's two cheaper
+    # budgets train on fewer tokens, so they get higher rates still
+    paper = [objectives.trial_lrs(spec.trial_config(cell, s))["matrices"] for cell in spec.cells()
+             if cell.budget in PAPER_GRID for s in cell.widths]
+    assert 0.006 < min(paper) < 0.01 and 0.018 < max(paper) < 0.03
+    assert max(lrs["matrices"] for lrs in expected) > max(paper)
     assert main(["plan", str(paper_shaped(tmp_path, base_lr=0.028))]) == 0
     out = capsys.readouterr().out
     assert "base_lr 0.028" in out and "lr_head" in out

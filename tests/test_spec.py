@@ -18,6 +18,7 @@ from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.plan import measure_throughput, render_plan, total_flops
+from loopscale.analysis.flops import paper_grid_flops
 from loopscale.analysis.store import redact
 from loopscale.search.tracking import flatten_params, is_secret_key, redact_text
 
@@ -97,12 +98,18 @@ def test_demo_preset_covers_what_the_demo_promises():
 
 def test_paper_preset_is_the_papers_design():
     spec = SweepSpec.from_toml("paper", objective="simulate")
-    assert spec.budgets == (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
+    # the paper's six budgets, and two cheap ones below them in its spacing (search/presets/paper.toml)
+    assert spec.budgets == (1e17, 2.15e17, 4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
     assert spec.recurrences == (1, 2, 4, 8) and spec.calibrate is None  # simulate: nothing to calibrate
     config = spec.model(10, 4)
     assert (config.width, config.n_prelude, config.n_recur, config.n_coda) == (640, 2, 4, 2)
-    assert len(spec.cells()) == 24 and all(c.n_trials <= 6 for c in spec.cells())
-    assert spec.trials_per_cell >= 4 and spec.planned_trials() == 24 * spec.trials_per_cell  # a cap per cell
+    assert len(spec.cells()) == 32 and all(c.n_trials <= 6 for c in spec.cells())
+    assert spec.trials_per_cell >= 4  # a cap per cell, and no cell plans more widths than its window has
+    assert all(c.n_trials == min(spec.trials_per_cell, len(c.widths)) for c in spec.cells())
+    assert spec.planned_trials() == sum(c.n_trials for c in spec.cells()) == 127  # 1e17, r = 1: 3 widths
+    # the cheap cells cost under 1% of what the paper's grid spent, even at the cap of trials in every one
+    cheap = sum(c.n_trials * c.budget for c in spec.cells() if c.budget < 4.64e17)
+    assert cheap / paper_grid_flops() < 0.01
     # as a training sweep it trains its own BPE of the template's vocabulary: no file anyone must supply
     train = SweepSpec.from_toml("paper")
     assert train.data["tokenizer"] == "bpe" and train.data["tokenizer_vocab"] == train.template["vocab_size"] == 32064

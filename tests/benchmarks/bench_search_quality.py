@@ -4,14 +4,15 @@
                                                     [--set information=2 ...]
 
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
-independent noise, a per-cell offset and a smooth per-cell deviation in log width). Every method runs
+independent noise, a per-cell offset and a smooth per-cell deviation in log width), on the preset's cells: the
+paper's 24 and the two cheap budgets below them the preset adds (search/presets/paper.toml). Every method runs
 through the code a sweep runs: ``tune_runner.make_studies`` and ``CellSearcher`` (suggest / on_trial_complete,
 as Tune calls them), on ``--workers`` simulated slots where a trial takes time proportional to its budget, so
 the cost-aware order and the early stops act as in a sweep. Methods:
 
-* ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight), every cell;
+* ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight), on the paper's 24 cells;
 * ``random`` / ``tpe`` / ``gp``: the per-cell Optuna studies, as many trials per cell as the paper grid used at
-  that budget (4-6);
+  that budget (4-6; at a budget below the paper's, as at its smallest);
 * ``law``: the law sampler without warmdown branches (``branches = false``);
 * ``law+branches``: the preset as shipped (sampler "law", ``trials_per_cell`` a cap, ``tolerance``, trials
   record warmdown branches where they land in an open smaller cell: ``branches = true``; a located cell takes
@@ -21,11 +22,13 @@ the cost-aware order and the early stops act as in a sweep. Methods:
 
 Each seed changes the noise draws (offsets and curves included) and the samplers' seeds. The runs of a
 method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
-over cells) and the per-cell parabolas (``cell_optima``). Reported per method: phi's RMSE against the law's
-0.459 and how often the 95% interval covers it; the share of cells with an interior optimum; the share whose
-optimum (the parabola's width, else the best run's) is within one step of the paper's grid of the true
-optimum (noise-free loss with the cell's offset and curve); the mean regret at that width (millinats);
-trials; and the total FLOPs spent relative to the paper grid's (computed here by model.accounting).
+over cells) and the per-cell parabolas (``cell_optima``). Reported per method, over the cells it ran: phi's
+RMSE against the law's 0.459 and how often the 95% interval covers it; the share of cells with an interior
+optimum (and of the paper's 24 cells alone); the share whose optimum (the parabola's width, else the best
+run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset and
+curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
+trials; and the total FLOPs spent relative to what the paper grid spent on its 24 cells (computed here by
+model.accounting).
 
 Against the paper grid, on the same seeds (the same noise draws: the comparison is paired): the ratio of phi's
 RMSE to the grid's with a 95% interval (seeds resampled, 2,000 draws), the share of seeds whose phi lies within
@@ -52,6 +55,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from loopscale.analysis import cell_optima, fit_joint_law  # noqa: E402
+from loopscale.analysis.flops import PAPER_GRID  # noqa: E402
 from loopscale.analysis.runs import expand_branches  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import TrialConfig, simulate  # noqa: E402
@@ -60,8 +64,6 @@ from loopscale.search.law_sampler import fewest_trials  # noqa: E402
 from loopscale.search.space import Cell, search_cell  # noqa: E402
 from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
 
-PAPER_GRID = {4.64e17: [6, 8, 10, 12], 1e18: [6, 8, 10, 12, 14], 2.15e18: [8, 10, 12, 14, 16],
-              4.64e18: [10, 12, 14, 16, 18, 20], 1e19: [12, 16, 18, 20, 24], 2.15e19: [18, 24, 28, 34]}
 METHODS = ("paper grid", "random", "tpe", "gp", "law", "law+branches", "law+b info 0")
 
 
@@ -94,11 +96,11 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
         spec = dataclasses.replace(spec, information=0.0)
     cells = spec.cells()
     if method == "paper grid":
-        return pd.DataFrame([run(spec, c, s) for c in cells for s in PAPER_GRID[c.budget]])
+        return pd.DataFrame([run(spec, c, s) for c in cells if c.budget in PAPER_GRID for s in PAPER_GRID[c.budget]])
     if not method.startswith("law"):
         spec = dataclasses.replace(spec, sampler=method)
         # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
-        cells = [dataclasses.replace(c, n_trials=min(len(PAPER_GRID[c.budget]), len(c.widths))) for c in cells]
+        cells = [dataclasses.replace(c, n_trials=min(len(paper_widths(c.budget)), len(c.widths))) for c in cells]
     searcher = CellSearcher(make_studies(spec, "search", None, cells))
     clock, running, rows, n = 0.0, [], [], 0
     while True:
@@ -122,16 +124,23 @@ def runs_table(rows: list[dict]) -> pd.DataFrame:
     return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
 
 
+def paper_widths(budget: float) -> tuple[int, ...]:
+    """The paper grid's widths at this budget; below the paper's budgets, those of its smallest."""
+    return PAPER_GRID.get(budget, PAPER_GRID[min(PAPER_GRID)])
+
+
 def grid_step(budget: float, s_true: float) -> float:
     """The paper grid's spacing around s* at this budget (its end spacing when s* lies outside the grid)."""
-    g = PAPER_GRID[budget]
+    g = paper_widths(budget)
     inside = [b - a for a, b in zip(g, g[1:]) if a <= s_true <= b]
     return max(inside) if inside else (g[1] - g[0] if s_true < g[0] else g[-1] - g[-2])
 
 
 def grid_flops(spec: SweepSpec) -> float:
-    """FLOPs the paper's 116-run grid spends on these cells (model.accounting, through the simulated trial)."""
-    return sum(run(spec, c, s)["flops_spent"] for c in spec.cells() for s in PAPER_GRID[c.budget])
+    """FLOPs the paper's 116-run grid spends on the paper's cells of ``spec`` (model.accounting, through the
+    simulated trial)."""
+    return sum(run(spec, c, s)["flops_spent"] for c in spec.cells() if c.budget in PAPER_GRID
+               for s in PAPER_GRID[c.budget])
 
 
 def bracket_floor(spec: SweepSpec) -> float:
@@ -159,12 +168,12 @@ def main() -> None:
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
           f"bracket rule's floor (3 trials in each r's largest cell, 1 elsewhere, branches free) "
           f"{floor / reference:.1%} of the grid")
-    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'<=1 step':>8} {'regret':>7} "
-          f"{'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
+    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'of 24':>6} {'<=1 step':>8} "
+          f"{'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
     errors, costs = {}, {}
     for method in args.methods.split(","):
         started = time.perf_counter()
-        phis, covers, interior, hits, regret, trials, points, flops = [], [], [], [], [], [], [], []
+        phis, covers, interior, paper, hits, regret, trials, points, flops = [], [], [], [], [], [], [], [], []
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed)
             runs = sweep(method, spec, args.workers).assign(status="ok")
@@ -173,10 +182,14 @@ def main() -> None:
             covers.append(fit.phi_ci[0] <= PAPER_LAW.phi <= fit.phi_ci[1])
             optima = cell_optima(runs, n_bootstrap=0).table.set_index(["budget_flops", "r"])
             for cell in spec.cells():
+                if (cell.budget, cell.r) not in optima.index:
+                    continue  # the paper grid runs the paper's cells only
                 s_true, l_true = truth(spec, cell)
                 row = optima.loc[(cell.budget, cell.r)]
                 ok = row["status"] == "ok"
                 interior.append(ok)
+                if cell.budget in PAPER_GRID:
+                    paper.append(ok)
                 own = runs[(runs["budget_flops"] == cell.budget) & (runs["r"] == cell.r)]
                 s = (row["width_opt"] / spec.width_unit) if ok else float(own.loc[own["val_loss"].idxmin(), "s"])
                 s = min(cell.widths, key=lambda w: abs(math.log(w / s)))
@@ -189,7 +202,8 @@ def main() -> None:
             flops.append(own["flops_spent"].sum() / reference)
         errors[method], costs[method] = np.array(phis) - PAPER_LAW.phi, statistics.fmean(flops)
         rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
-        print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(hits):>8.1%} "
+        print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(paper):>6.1%} "
+              f"{np.mean(hits):>8.1%} "
               f"{statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} {statistics.fmean(points):>6.1f} "
               f"{statistics.fmean(flops):>10.0%}  "
               f"{time.perf_counter() - started:.0f} s", flush=True)
