@@ -21,7 +21,6 @@ from .options import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptio
 from .store import DEFAULT_RUN_DIR
 from .tables import FORMATS
 
-PAPER_BUDGETS = (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
 DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
 
 
@@ -178,6 +177,7 @@ def run_export(args: argparse.Namespace) -> int:
     from .allocation import allocation_table, buildable, readable
     from .compare import excluded_text
     from .fit import fit_joint_law, with_identification
+    from .flops import PAPER_GRID, PAPER_RECURRENCES
     from .identify import likely_fixes
     from .isoflop import cell_optima
     from .report import template_mismatch
@@ -187,8 +187,8 @@ def run_export(args: argparse.Namespace) -> int:
     _check_out(args.out, folder=False)
     if args.law == "paper":
         law, template, batch_tokens = PAPER_LAW, None, None
-        budgets = args.budgets or list(PAPER_BUDGETS)
-        recurrences = args.recurrences or [1, 2, 4, 8]
+        budgets = args.budgets or list(PAPER_GRID)
+        recurrences = args.recurrences or list(PAPER_RECURRENCES)
     else:
         runs = load_runs(args.experiment, args.tracking_uri)
         options = _options(args)
