@@ -24,9 +24,9 @@ Each seed changes the noise draws (offsets and curves included) and the samplers
 method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
 over cells) and the per-cell parabolas (``cell_optima``). Reported per method, over the cells it ran: phi's
 RMSE against the law's 0.459 and how often the 95% interval covers it; the share of cells with an interior
-optimum (and of the paper's 24 cells alone); the share whose optimum (the parabola's width, else the best
-run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset and
-curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
+optimum (column "paper": of the paper's cells alone); the share whose optimum (the parabola's width, else the
+best run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset
+and curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
 trials; and the total FLOPs spent relative to what the paper grid spent on its 24 cells (computed here by
 model.accounting).
 
@@ -168,7 +168,7 @@ def main() -> None:
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
           f"bracket rule's floor (3 trials in each r's largest cell, 1 elsewhere, branches free) "
           f"{floor / reference:.1%} of the grid")
-    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'of 24':>6} {'<=1 step':>8} "
+    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'paper':>6} {'<=1 step':>8} "
           f"{'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
     errors, costs = {}, {}
     for method in args.methods.split(","):
