@@ -151,6 +151,24 @@ def bracket_floor(spec: SweepSpec) -> float:
     return sum(fewest[c.key] * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
 
 
+def branch_warmdowns(spec: SweepSpec) -> float:
+    """FLOPs of the warmdowns of two branch points in every cell below each r's largest: what the design that
+    ``bracket_floor`` counts adds to it at the least. There a smaller cell has one trial of its own, so two of
+    its three widths must be branch points, even for a design that knows every optimum and branches from every
+    larger budget. Each costs its trial the warmdown of a run of the cell (objectives/branches.py), taken here
+    from a trial of the next budget up at the cell's first guess."""
+    cells = spec.cells()
+    total = 0.0
+    for c in cells:
+        above = [o for o in cells if o.r == c.r and o.budget > c.budget]
+        if above:
+            up = min(above, key=lambda o: o.budget)
+            plain = spec.trial_config(up, c.first_guess)
+            branched = dataclasses.replace(plain, branch_budgets=(c.budget,))
+            total += 2 * (simulate(branched)["flops_spent"] - simulate(plain)["flops_spent"])
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=40)
@@ -163,11 +181,13 @@ def main() -> None:
     base = paper_replay(args.set)
     reference = grid_flops(base)
     floor = bracket_floor(base)
+    warmdowns = branch_warmdowns(base)
     print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
           f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
           f"bracket rule's floor (3 trials in each r's largest cell, 1 elsewhere, branches free) "
-          f"{floor / reference:.1%} of the grid")
+          f"{floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns of "
+          f"the two branch points every other cell needs")
     print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'paper':>6} {'<=1 step':>8} "
           f"{'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
     errors, costs = {}, {}
