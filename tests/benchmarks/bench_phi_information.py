@@ -108,8 +108,7 @@ class Designs:
         return float(math.sqrt((h @ jac.T @ sigma @ jac @ h)[5, 5]))
 
     def grid(self) -> list[tuple[float, int, float, object]]:
-        return [(c.budget, c.r, s, (c.budget, c.r, s)) for c in self.spec.cells() if c.budget in quality.PAPER_GRID
-                for s in quality.PAPER_GRID[c.budget]]
+        return [(c.budget, c.r, s, (c.budget, c.r, s)) for c, s in quality.paper_grid_points(self.spec)]
 
     def flops(self, points: list[tuple[float, int, float, object]]) -> float:
         """FLOPs of a design: a trial its budget, a branch point a fifth of its budget (its warmdown)."""

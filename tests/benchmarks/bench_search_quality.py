@@ -96,7 +96,7 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
         spec = dataclasses.replace(spec, information=0.0)
     cells = spec.cells()
     if method == "paper grid":
-        return pd.DataFrame([run(spec, c, s) for c in cells if c.budget in PAPER_GRID for s in PAPER_GRID[c.budget]])
+        return pd.DataFrame([run(spec, c, s) for c, s in paper_grid_points(spec)])
     if not method.startswith("law"):
         spec = dataclasses.replace(spec, sampler=method)
         # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
@@ -124,6 +124,12 @@ def runs_table(rows: list[dict]) -> pd.DataFrame:
     return expand_branches(pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of=""))
 
 
+def paper_grid_points(spec: SweepSpec) -> list[tuple[Cell, int]]:
+    """(cell, s) of the paper's 116-run grid among ``spec``'s cells: its widths at each of its budgets (the
+    preset's cheaper budgets have none)."""
+    return [(c, s) for c in spec.cells() if c.budget in PAPER_GRID for s in PAPER_GRID[c.budget]]
+
+
 def paper_widths(budget: float) -> tuple[int, ...]:
     """The paper grid's widths at this budget; below the paper's budgets, those of its smallest."""
     return PAPER_GRID.get(budget, PAPER_GRID[min(PAPER_GRID)])
@@ -139,8 +145,7 @@ def grid_step(budget: float, s_true: float) -> float:
 def grid_flops(spec: SweepSpec) -> float:
     """FLOPs the paper's 116-run grid spends on the paper's cells of ``spec`` (model.accounting, through the
     simulated trial)."""
-    return sum(run(spec, c, s)["flops_spent"] for c in spec.cells() if c.budget in PAPER_GRID
-               for s in PAPER_GRID[c.budget])
+    return sum(run(spec, c, s)["flops_spent"] for c, s in paper_grid_points(spec))
 
 
 def bracket_floor(spec: SweepSpec) -> float:
@@ -223,9 +228,8 @@ def main() -> None:
         errors[method], costs[method] = np.array(phis) - PAPER_LAW.phi, statistics.fmean(flops)
         rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
         print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(paper):>6.1%} "
-              f"{np.mean(hits):>8.1%} "
-              f"{statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} {statistics.fmean(points):>6.1f} "
-              f"{statistics.fmean(flops):>10.0%}  "
+              f"{np.mean(hits):>8.1%} {statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} "
+              f"{statistics.fmean(points):>6.1f} {statistics.fmean(flops):>10.0%}  "
               f"{time.perf_counter() - started:.0f} s", flush=True)
     if "paper grid" in errors:
         paired(errors, costs)
