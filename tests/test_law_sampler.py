@@ -16,7 +16,8 @@ from loopscale.analysis import cell_optima
 from loopscale.model import PAPER_LAW
 from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
-from loopscale.search.law_sampler import CellGeometry, LawSurrogate
+from loopscale.search.law_sampler import CellGeometry, LawSurrogate, fewest_trials
+from loopscale.search.space import cell_key
 from loopscale.search.tune_runner import CellSearcher, make_studies
 
 BUDGETS = [4.64e17, 1e18, 2.15e18]
@@ -186,14 +187,50 @@ def test_a_trial_branches_into_a_smaller_open_cell_whose_optimum_its_width_is_ne
     assert plain.branches_for(large.key, near, {}) == [] and not plain.waits(small.key)
 
 
-def test_a_trial_branches_only_into_the_next_smaller_budget_of_its_r(branched):
+def test_a_trial_branches_into_every_smaller_open_cell_of_its_r_whose_optimum_its_width_is_near(branched):
     cells = [geometry(branched, b, 2) for b in BUDGETS]
     surrogate = LawSurrogate(cells, seed=0, tolerance=0.1, branches=True)
     smallest, middle, largest = cells
-    for heads in sorted(set(smallest.heads) & set(middle.heads) & set(largest.heads)):
-        into = [k for k, _ in surrogate.branches_for(largest.key, heads, {})]
-        assert smallest.key not in into  # two budgets down: a trial of the smallest cell itself tells more
-        assert into in ([], [middle.key])
+
+    def near(g: CellGeometry, heads: int) -> bool:  # BRANCH_REACH of the cell's first guess (nothing fitted yet)
+        return abs(math.log(heads / g.first_guess)) <= 0.5 + 1e-9
+
+    shared = sorted(set(smallest.heads) & set(middle.heads) & set(largest.heads))
+    reached = set()
+    for heads in shared:
+        into = {k for k, _ in surrogate.branches_for(largest.key, heads, {})}
+        assert into == {g.key for g in (smallest, middle) if near(g, heads)}
+        reached |= into
+    assert reached == {smallest.key, middle.key}  # two budgets down too
+    surrogate.add(smallest.key, smallest.first_guess, 3.0)
+    surrogate.add(smallest.key, smallest.heads[-1], 3.1)
+    surrogate.add(smallest.key, smallest.heads[0], 3.1)  # bracketed, and noise-free: located, no longer open
+    assert surrogate.status(smallest.key) != "open"
+    assert all(smallest.key not in {k for k, _ in surrogate.branches_for(largest.key, h, {})} for h in shared)
+
+
+def test_the_cell_just_below_each_rs_largest_waits_for_its_branches_before_its_first_trial(branched):
+    cells = [geometry(branched, b, r) for r in (1, 2) for b in BUDGETS]
+    surrogate = LawSurrogate(cells, seed=0, tolerance=0.1, branches=True)
+    budget = {g.key: g.budget for g in cells}
+    assert {k for k in budget if surrogate.waits(k)} == {k for k, b in budget.items() if b == BUDGETS[1]}
+    assert fewest_trials(cells, branches=True) == {k: {BUDGETS[0]: 1, BUDGETS[1]: 0, BUDGETS[2]: 3}[b]
+                                                   for k, b in budget.items()}
+    # without a cheaper cell the law would have nothing to be fitted on first: the cell takes its trial at once
+    two = [g for g in cells if g.budget != BUDGETS[0]]
+    assert not any(LawSurrogate(two, seed=0, tolerance=0.1, branches=True).waits(g.key) for g in two)
+    assert set(fewest_trials(two, branches=True).values()) == {1, 3}
+    # driven as Tune drives it, one slot: each r's middle cell takes no trial of its own before its largest
+    # cell has stopped, and it gets the largest cell's branches
+    searcher = CellSearcher(make_studies(branched, "search", None))
+    trials = drive(searcher)
+    surrogate = next(iter(searcher._studies.values())).surrogate
+    for r in branched.recurrences:
+        mine = [n for n, (cell, _, _) in enumerate(trials) if cell == cell_key(BUDGETS[1], r)]
+        top = [n for n, (cell, _, _) in enumerate(trials) if cell == cell_key(BUDGETS[2], r)]
+        assert not mine or min(mine) > max(top)
+        assert any(BUDGETS[1] in branches for cell, _, branches in trials if cell == cell_key(BUDGETS[2], r))
+        assert len(surrogate.results[cell_key(BUDGETS[1], r)]) >= 3
 
 
 def informed(spec: SweepSpec, information: float) -> tuple[LawSurrogate, dict[str, CellGeometry]]:

@@ -23,8 +23,9 @@ exactly. Printed:
    than the grid);
 3. bounds: a greedy design that knows the true law and the cells' true optima adds, one at a time, the trial
    or branch point that removes the most variance of phi per FLOP, up to a share of the grid's FLOPs; once
-   starting from the bracket rule's fewest trials (3 around each r's largest cell's optimum, 1 at every other
-   cell's), once from one trial per cell. What a sampler that must also find the optima can hope for;
+   starting from the bracket rule's fewest trials (3 around each r's largest cell's optimum, branched into the
+   cell just below it, and 1 at every other cell's), once from one trial per cell. What a sampler that must also
+   find the optima can hope for;
 4. the bounds without the linearisation: the bracket-rule greedy designs at 50% and 60% of the grid's FLOPs
    simulated on ``--fit-seeds`` seeds and fitted like ``loopscale analyze`` fits (``fit_joint_law``, its point
    estimate), paired with the grid on the same seeds: phi's RMSE, its ratio to the grid's with a 95% interval
@@ -209,11 +210,19 @@ def main() -> None:
     fewest = fewest_trials(base.cells(), branches=True)
     optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
     bracket, single, bounds = [], [], {}
-    for c in base.cells():
+    def around(c) -> list[float]:  # the width nearest the cell's true optimum, with its neighbours in a largest cell
         i = min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[(c.budget, c.r)])))
-        around = [c.widths[i]] if fewest[c.key] == 1 else c.widths[max(i - 1, 0):i + 2]
-        bracket += [(c.budget, c.r, s, (c.budget, c.r, s)) for s in around]
-        single.append((c.budget, c.r, c.widths[i], (c.budget, c.r, c.widths[i])))
+        return c.widths[max(i - 1, 0):i + 2] if fewest[c.key] == 3 else [c.widths[i]]
+
+    largest = {c.r: c for c in base.cells() if fewest[c.key] == 3}
+    for c in base.cells():
+        if fewest[c.key] == 0:  # the cell just below the largest: the largest's three trials, branched into it
+            top = largest[c.r]
+            bracket += [(c.budget, c.r, s, (top.budget, c.r, s)) for s in around(top) if s in c.widths]
+        else:
+            bracket += [(c.budget, c.r, s, (c.budget, c.r, s)) for s in around(c)]
+        s = around(c)[len(around(c)) // 2]
+        single.append((c.budget, c.r, s, (c.budget, c.r, s)))
     for label, start, limits in (("bracket rule", bracket, (0.50, 0.55, 0.60, 0.65)),
                                  ("one trial per cell", single, (0.40, 0.50, 0.60, 0.80))):
         figures = []

@@ -150,19 +150,21 @@ def grid_flops(spec: SweepSpec) -> float:
 
 def bracket_floor(spec: SweepSpec) -> float:
     """FLOPs of the fewest trials the bracket rule allows (``law_sampler.fewest_trials``: 3 in each r's largest
-    cell, 1 in every other cell with warmdown branches, whose own cost is left out), each at the cell's first
-    guess. No sampler of the rule spends less; every wasted guess is above it."""
+    cell, none in the cell just below it, 1 in every other cell with warmdown branches, whose own cost is left
+    out), each at the cell's first guess. No sampler of the rule that gives each smaller cell its first trial
+    spends less; every wasted guess is above it."""
     fewest = fewest_trials(spec.cells(), branches=True)
     return sum(fewest[c.key] * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
 
 
 def branch_warmdowns(spec: SweepSpec) -> float:
-    """FLOPs of the warmdowns of two branch points in every cell below each r's largest: what the design that
-    ``bracket_floor`` counts adds to it at the least. There a smaller cell has one trial of its own, so two of
-    its three widths must be branch points, even for a design that knows every optimum and branches from every
-    larger budget. Each costs its trial the warmdown of a run of the cell (objectives/branches.py), taken here
-    from a trial of the next budget up at the cell's first guess."""
+    """FLOPs of the warmdowns of the branch points every cell below each r's largest needs besides its own
+    fewest trials (``fewest_trials``: 3 - 0 in the cell just below the largest, 3 - 1 in the others): what the
+    design that ``bracket_floor`` counts adds to it at the least, even if it knows every optimum. Each costs its
+    trial the warmdown of a run of the cell (objectives/branches.py), taken here from a trial of the next budget
+    up at the cell's first guess."""
     cells = spec.cells()
+    fewest = fewest_trials(cells, branches=True)
     total = 0.0
     for c in cells:
         above = [o for o in cells if o.r == c.r and o.budget > c.budget]
@@ -170,7 +172,7 @@ def branch_warmdowns(spec: SweepSpec) -> float:
             up = min(above, key=lambda o: o.budget)
             plain = spec.trial_config(up, c.first_guess)
             branched = dataclasses.replace(plain, branch_budgets=(c.budget,))
-            total += 2 * (simulate(branched)["flops_spent"] - simulate(plain)["flops_spent"])
+            total += (3 - fewest[c.key]) * (simulate(branched)["flops_spent"] - simulate(plain)["flops_spent"])
     return total
 
 
@@ -190,9 +192,9 @@ def main() -> None:
     print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
           f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
-          f"bracket rule's floor (3 trials in each r's largest cell, 1 elsewhere, branches free) "
-          f"{floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns of "
-          f"the two branch points every other cell needs")
+          f"bracket rule's floor (3 trials in each r's largest cell, none just below it, 1 elsewhere, branches "
+          f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
+          f"of the branch points that bracket the other cells")
     print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'paper':>6} {'<=1 step':>8} "
           f"{'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
     errors, costs = {}, {}
