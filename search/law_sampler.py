@@ -249,7 +249,10 @@ class LawSurrogate:
         cov = sigma2 * np.linalg.pinv(jac.T @ jac)
         rng = np.random.default_rng(self.seed + 7919 * self.fits)
         lower, upper = DEFAULT_BOUNDS.arrays()
-        draws = rng.multivariate_normal(self.theta, (cov + cov.T) / 2, size=DRAWS, method="eigh")
+        # the draws numpy's multivariate_normal(method="eigh") makes, without its warning when pinv's round-off
+        # leaves an eigenvalue a hair below zero: a direction the runs do not constrain gets no spread
+        w, v = np.linalg.eigh((cov + cov.T) / 2)
+        draws = self.theta + rng.standard_normal((DRAWS, len(THETA))) @ (v * np.sqrt(np.clip(w, 0.0, None))).T
         draws = np.clip(draws, lower, upper)
         for key, g in self.cells.items():
             log_d = np.log(g.tokens)
