@@ -209,11 +209,15 @@ def main() -> None:
     print("3. bounds: a greedy design knowing the true law and optima, most variance of phi removed per FLOP")
     fewest = fewest_trials(base.cells(), branches=True)
     optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
-    bracket, single, bounds = [], [], {}
-    def around(c) -> list[float]:  # the width nearest the cell's true optimum, with its neighbours in a largest cell
-        i = min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[(c.budget, c.r)])))
+
+    def nearest(c) -> int:  # index of the cell's width nearest its true optimum
+        return min(range(len(c.widths)), key=lambda j: abs(math.log(c.widths[j] / optimum[(c.budget, c.r)])))
+
+    def around(c) -> list[float]:  # that width, with its neighbours in a largest cell
+        i = nearest(c)
         return c.widths[max(i - 1, 0):i + 2] if fewest[c.key] == 3 else [c.widths[i]]
 
+    bracket, single, bounds = [], [], {}
     largest = {c.r: c for c in base.cells() if fewest[c.key] == 3}
     for c in base.cells():
         if fewest[c.key] == 0:  # the cell just below the largest: the largest's three trials, branched into it
@@ -221,7 +225,7 @@ def main() -> None:
             bracket += [(c.budget, c.r, s, (top.budget, c.r, s)) for s in around(top) if s in c.widths]
         else:
             bracket += [(c.budget, c.r, s, (c.budget, c.r, s)) for s in around(c)]
-        s = around(c)[len(around(c)) // 2]
+        s = c.widths[nearest(c)]
         single.append((c.budget, c.r, s, (c.budget, c.r, s)))
     for label, start, limits in (("bracket rule", bracket, (0.50, 0.55, 0.60, 0.65)),
                                  ("one trial per cell", single, (0.40, 0.50, 0.60, 0.80))):
