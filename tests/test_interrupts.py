@@ -141,11 +141,13 @@ def caught_signals(pid: int) -> int:
 def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
     """``loopscale search spec.toml`` through the console script, once loopscale's code holds SIGTERM (before
     that the interpreter itself starts: ~30-50 ms of site imports that run no loopscale code); the seconds
-    that took."""
+    that took. With Python's fault handler on, so that a crash (the SIGSEGV at exit of issue 14) leaves the
+    Python stack of every thread and the interpreter's state ("finalizing") on stderr, which the failed
+    assertion shows."""
     command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
     started = time.monotonic()
     process = subprocess.Popen([*command, "search", "spec.toml"], cwd=folder, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_TMPDIR": ray_dir})
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"})
     while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
         assert process.poll() is None and time.monotonic() - started < 60, process.communicate()
         time.sleep(0.001)
