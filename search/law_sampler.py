@@ -50,11 +50,21 @@ its cell. Order (``waits``): the cell just below each r's largest budget takes n
 largest is open (when r has cheaper cells, which are then what the law is fitted on first): the largest cell's
 three widths reach it as branches and often bracket its optimum alone, and its own trials fill what is left.
 Every other cell takes its first trial in the cost-aware order, then waits while a larger cell of its r is open,
-so its bracket too is filled by the larger cells' branches first. A waiting cell still takes a free slot when no
-other cell can (no idle workers). Measured against branches into the next budget alone, with each cell's first
-trial at once (the sweep of tests/benchmarks/bench_search_quality.py, 80 seeds, paired): 58.3% of the paper
-grid's FLOPs instead of 62.3%, at a phi RMSE 1.03 times as large (0.90-1.18), the same precision per FLOP. A
-branch point shares its trial's noise, so branches buy no extra precision: they buy the dear cells' brackets.
+so its bracket too is filled by the larger cells' branches first. Measured against branches into the next budget
+alone, with each cell's first trial at once (the sweep of tests/benchmarks/bench_search_quality.py, 80 seeds,
+paired): 58.3% of the paper grid's FLOPs instead of 62.3%, at a phi RMSE 1.03 times as large (0.90-1.18), the
+same precision per FLOP. A branch point shares its trial's noise, so branches buy no extra precision: they buy
+the dear cells' brackets.
+
+Free slots (``holds_back``): while any trial runs, a cell takes no free slot when a trial now would be a guess
+that the running trials may settle: its widths held (results, running trials, branch points on their way)
+already bracket its best (or, before any result, its running) width; it waits for a larger cell's branches
+(``waits``); or it has no trial yet while a cheaper cell of its r that takes trials of its own has no result, so
+that its width is proposed by a law that has seen the cheaper cells of its r. The slot then stays idle until a
+result arrives, unless another cell can use it; when nothing runs, every open cell may take it. Filling every
+free slot instead spent more the more slots a sweep has (the benchmark's sweep, 20 seeds: 57.5%, 77.2% and 86.8%
+of the paper grid's FLOPs on 4, 8 and 16 slots, 90% of cells interior on 16); with this rule 55.5%, 59.6% and
+62.6%, 97-99% interior, the sweep ending 2% later on 4 slots, as soon on 8 and 11% later on 16.
 
 Uncertainty: the Gauss-Newton covariance of the fitted parameters, s^2 (J^T J)^+ with J the Jacobian of the
 predicted log-loss and s^2 the residual variance; ``DRAWS`` seeded draws from it give a spread of each
@@ -211,6 +221,26 @@ class LawSurrogate:
         if not (self.results[key] or self.failed[key] or self.fewest[key] == 0):
             return False
         return any(o.r == g.r and o.budget > g.budget and self.status(k) == "open" for k, o in self.cells.items())
+
+    def holds_back(self, key: str, pending: set[int]) -> bool:
+        """Whether the cell should leave a free slot idle while other trials run (module docstring, "Free
+        slots"), given the widths its running trials hold."""
+        g = self.cells[key]
+        done = self.results[key]
+        if self.waits(key):
+            return True
+        if not done and not pending and not self.incoming[key] and any(
+                o.r == g.r and o.budget < g.budget and self.fewest[k] > 0 and not self.results[k]
+                and self.status(k) == "open" for k, o in self.cells.items()):
+            return True  # its first trial: the law should see its r's cheaper cells first
+        held = set(done) | pending | set(self.incoming[key])
+        if not pending or len(held) < 3:
+            return False
+        ls = dict(zip(g.heads, g.log_s))
+        target = self.guess(key)[0]
+        center = min(done, key=done.get) if done else min(pending, key=lambda h: abs(ls[h] - ls[target]))
+        return all(any(side * (ls[h] - ls[center]) > 0 for h in held)
+                   or not any(side * (ls[h] - ls[center]) > 0 for h in g.heads) for side in (-1, 1))
 
     def _refit(self) -> None:
         rows = [(self.cells[k], h, v) for k, done in self.results.items() for h, v in done.items()]

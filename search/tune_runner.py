@@ -312,7 +312,9 @@ class CellSearcher(Searcher):
 
     Each free slot goes to the open cell with the fewest running trials, then the smallest budget (the cheapest:
     with the law sampler, large budgets are then proposed by a law fitted on the small ones), then the fewest
-    started trials, so all cells advance side by side and each study sees its earlier results. A cell that is
+    started trials, so all cells advance side by side and each study sees its earlier results. With the law
+    sampler, while trials run, a cell whose next trial would be a guess that their results may settle leaves the
+    slot to the others, or idle (``LawSurrogate.holds_back``): more slots then buy time, not FLOPs. A cell that is
     not open now (located, or at its cap) may reopen when a running trial of it finishes with a result that
     unsettles it, so the searcher waits for running trials before it declares the stage finished. Tune's
     config of a trial is
@@ -326,6 +328,7 @@ class CellSearcher(Searcher):
         self._studies = {s.key: s for s in studies}
         self._running: dict[str, dict[str, int]] = {s.key: {} for s in studies}  # cell -> trial_id -> number
         self._branches: dict[str, list[tuple[str, int]]] = {}  # trial_id -> (cell, heads) of its branches
+        self._held = False  # every open cell held back; Tune asks again each step, and only a result changes that
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True
@@ -337,6 +340,11 @@ class CellSearcher(Searcher):
         open_cells = [k for k, s in self._studies.items() if s.open()]
         if not open_cells:
             return None if any(self._running.values()) else Searcher.FINISHED
+        if any(self._running.values()):  # a cell whose next trial would be a guess waits for results
+            open_cells = [] if self._held else [k for k in open_cells if not self._holds_back(k)]
+            if not open_cells:
+                self._held = True  # (~25 ms to find out, on the paper preset's 32 cells)
+                return None
         key = min(open_cells, key=self._priority)
         study = self._studies[key]
         number, trial = study.ask()
@@ -356,6 +364,14 @@ class CellSearcher(Searcher):
         waits = study.surrogate is not None and study.surrogate.waits(key)
         return len(self._running[key]), waits, study.budget, study.asked
 
+    def _holds_back(self, key: str) -> bool:
+        """With the law sampler, whether the cell leaves a free slot idle while trials run
+        (``LawSurrogate.holds_back``)."""
+        study = self._studies[key]
+        if study.surrogate is None:
+            return False
+        return study.surrogate.holds_back(key, {study.heads_of(n) for n in self._running[key].values()})
+
     def _branch(self, study: CellStudy, trial_id: str, heads: int, trial: TrialConfig) -> TrialConfig:
         """The trial with the warmdown branches the surrogate wants (``LawSurrogate.branches_for``)."""
         if not study.surrogate.branches:  # (no reading of every cell's trials for a sweep without branches)
@@ -370,6 +386,7 @@ class CellSearcher(Searcher):
         return dataclasses.replace(trial, branch_budgets=tuple(sorted(b for _, b in targets)))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self._held = False
         for key, running in self._running.items():
             if trial_id in running:
                 ok = not error and result is not None and result.get("status") == "ok"
@@ -408,6 +425,7 @@ class CellSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+        self._held = False
 
     def studies(self) -> dict[str, optuna.Study]:
         return {k: s.study for k, s in self._studies.items()}

@@ -233,6 +233,48 @@ def test_the_cell_just_below_each_rs_largest_waits_for_its_branches_before_its_f
         assert len(surrogate.results[cell_key(BUDGETS[1], r)]) >= 3
 
 
+def test_a_cell_leaves_a_free_slot_to_others_while_its_running_trials_may_settle_it(spec):
+    small, large = geometry(spec, BUDGETS[0], 2), geometry(spec, BUDGETS[1], 2)
+    surrogate = LawSurrogate([small, large], seed=0, tolerance=0.1)
+    below, mid, above = small.heads[0], small.heads[2], small.heads[4]
+    assert not surrogate.holds_back(small.key, set())  # nothing of it runs: a first trial
+    assert not surrogate.holds_back(small.key, {mid})  # one running: its sides are still open
+    assert not surrogate.holds_back(small.key, {mid, below})
+    assert surrogate.holds_back(small.key, {mid, below, above})  # bracketed by what runs: a 4th is a guess
+    # a larger cell takes no first trial while a cheaper cell of its r has none of its results yet
+    assert surrogate.holds_back(large.key, set())
+    surrogate.add(small.key, mid, 2.9)
+    assert not surrogate.holds_back(large.key, set())
+    # with results in, the best run's sides decide: the narrowest tried is best, nothing below it is held
+    surrogate.add(small.key, above, 2.8)
+    assert not surrogate.holds_back(small.key, {below})
+    assert surrogate.holds_back(small.key, {small.heads[-1]})
+
+
+def test_a_searcher_with_more_slots_than_cells_idles_rather_than_guess_and_still_finishes_every_cell(branched):
+    searcher = CellSearcher(make_studies(branched, "search", None))
+    surrogate = next(iter(searcher._studies.values())).surrogate
+    running, n, idled = {}, 0, 0
+    while True:
+        held = {k for k in searcher._studies if searcher._holds_back(k)}
+        config = searcher.suggest(f"t{n}")
+        if config == CellSearcher.FINISHED:
+            break
+        if config is not None:
+            assert not running or config["meta"]["cell"] not in held
+            running[f"t{n}"] = config
+            n += 1
+            if len(running) < 2 * len(surrogate.cells):
+                continue
+        else:
+            idled += bool(running)
+            assert searcher.suggest(f"t{n}") is None  # asked again before a result: still nothing to run
+        done = min(running)  # the oldest running trial reports, one at a time
+        searcher.on_trial_complete(done, simulate(TrialConfig.from_params(running.pop(done)["trial"])))
+    assert idled > 0 and not running
+    assert all(surrogate.status(k) != "open" for k in surrogate.cells)
+
+
 def informed(spec: SweepSpec, information: float) -> tuple[LawSurrogate, dict[str, CellGeometry]]:
     """A surrogate over every cell of ``spec`` with three runs bracketing each cell's optimum (the law's clean
     loss plus an offset shared by the cell, as the shipped noise has), fitted."""
