@@ -236,11 +236,7 @@ class LawSurrogate:
         held = set(done) | pending | set(self.incoming[key])
         if not pending or len(held) < 3:
             return False
-        ls = dict(zip(g.heads, g.log_s))
-        target = self.guess(key)[0]
-        center = min(done, key=done.get) if done else min(pending, key=lambda h: abs(ls[h] - ls[target]))
-        return all(any(side * (ls[h] - ls[center]) > 0 for h in held)
-                   or not any(side * (ls[h] - ls[center]) > 0 for h in g.heads) for side in (-1, 1))
+        return not self._open_sides(g, self._center(key, pending), held)
 
     def _refit(self) -> None:
         rows = [(self.cells[k], h, v) for k, done in self.results.items() for h, v in done.items()]
@@ -313,14 +309,12 @@ class LawSurrogate:
         ls = dict(zip(g.heads, g.log_s))
         if not done and not pending:
             return min(free, key=lambda h: (abs(ls[h] - ls[target]), h))
-        center = min(done, key=done.get) if done else min(pending, key=lambda h: abs(ls[h] - ls[target]))
-        need = [side for side in (-1, 1) if not any(side * (ls[h] - ls[center]) > 0 for h in taken)
-                and any(side * (ls[h] - ls[center]) > 0 for h in g.heads)]
-        if need:
+        center = self._center(key, pending)
+        if need := self._open_sides(g, center, taken):
             toward = 1 if ls[target] > ls[center] else -1
             side = toward if toward in need else need[0]
             return self._bracket(g, center, side, free, sigma)
-        best = min(done, key=done.get) if done else center
+        best = center  # (the best run, when the cell has one)
         inner = {g.heads[0]: g.heads[1], g.heads[-1]: g.heads[-2]}.get(best) if len(g.heads) > 1 else None
         if inner in free:  # the best run is an edge of the cell: the width next to it decides if it is bound-limited
             return inner
@@ -333,6 +327,24 @@ class LawSurrogate:
         if inside:  # fill the bracket where the optimum is: the parabola then rests on points near it
             return min(inside, key=lambda h: (abs(ls[h] - middle), h))
         return min(free, key=lambda h: (abs(ls[h] - middle), h))
+
+    def _center(self, key: str, pending: set[int]) -> int:
+        """The width the cell's bracket is built around: its best run, or before any result the width of a
+        running trial nearest the law's optimum."""
+        done = self.results[key]
+        if done:
+            return min(done, key=done.get)
+        g = self.cells[key]
+        ls = dict(zip(g.heads, g.log_s))
+        target = self.guess(key)[0]
+        return min(pending, key=lambda h: abs(ls[h] - ls[target]))
+
+    @staticmethod
+    def _open_sides(g: CellGeometry, center: int, held: set[int]) -> list[int]:
+        """The sides of ``center`` (-1 narrower, 1 wider) where the cell has widths and ``held`` none."""
+        ls = dict(zip(g.heads, g.log_s))
+        return [side for side in (-1, 1) if not any(side * (ls[h] - ls[center]) > 0 for h in held)
+                and any(side * (ls[h] - ls[center]) > 0 for h in g.heads)]
 
     def _bracket(self, g: CellGeometry, center: int, side: int, free: list[int], sigma: float) -> int:
         """A free width on ``side`` of ``center``: the nearest at least ``sigma`` away whose predicted loss

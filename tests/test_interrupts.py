@@ -146,8 +146,9 @@ def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
     assertion shows."""
     command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
     started = time.monotonic()
+    env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen([*command, "search", "spec.toml"], cwd=folder, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"})
+                               stderr=subprocess.PIPE, text=True, env=env)
     while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
         assert process.poll() is None and time.monotonic() - started < 60, process.communicate()
         time.sleep(0.001)
