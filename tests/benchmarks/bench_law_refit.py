@@ -6,7 +6,13 @@ The paper's 116-run grid, simulated with the shipped noise, is fed to one ``LawS
 budgets first, as the sampler orders them); every ``add`` refits the joint law warm-started and re-derives each
 cell's predicted optimum and its spread. Printed: the median and maximum seconds of one add at 20-59, 60-99 and
 100-116 runs, next to the baseline measured in the same run: analysis' full fit of the same 116 runs without its
-bootstrap (``fit_joint_law(n_bootstrap=0)``, 500 cold starts). Take the figures on idle cores.
+bootstrap (``fit_joint_law(n_bootstrap=0)``, 500 cold starts).
+
+Then all the sampler costs the driver in a sweep: the ``paper`` preset as it ships (32 cells, branches, the
+information rule, the free-slot rule) through bench_search_quality's sweep on 4 simulated slots, ``--seeds``
+seeds, with every ``CellSearcher.suggest`` (a proposal, or None when every open cell holds back) and
+``on_trial_complete`` (the refit, the cells' status and the branch bookkeeping) timed. Take the figures on idle
+cores.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import optuna
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -28,11 +35,36 @@ from loopscale.analysis.flops import PAPER_GRID  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.law_sampler import CellGeometry, LawSurrogate  # noqa: E402
+from loopscale.search.tune_runner import CellSearcher  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search_quality import paper_replay, sweep  # noqa: E402
+
+
+class TimedSearcher(CellSearcher):
+    """CellSearcher that records the seconds of each call Tune makes on the driver (over all its sweeps)."""
+
+    seconds: dict[str, list[float]] = {"suggest": [], "on_trial_complete": []}
+
+    def suggest(self, trial_id: str) -> dict | None:
+        started = time.perf_counter()
+        try:
+            return super().suggest(trial_id)
+        finally:
+            self.seconds["suggest"].append(time.perf_counter() - started)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        started = time.perf_counter()
+        try:
+            super().on_trial_complete(trial_id, result, error)
+        finally:
+            self.seconds["on_trial_complete"].append(time.perf_counter() - started)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="sweeps of the shipped preset to time the searcher in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
@@ -59,6 +91,16 @@ def main() -> None:
     for band, values in seconds.items():
         print(f"refit + predictions at {band:>5} runs: median {statistics.median(values):.3f} s, "
               f"max {max(values):.3f} s ({statistics.median(values) / baseline:.1%} of the baseline)")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    shipped = paper_replay([])
+    for seed in range(args.seeds):
+        sweep("law+branches", dataclasses.replace(shipped, seed=seed), 4, searcher_class=TimedSearcher)
+    print(f"the shipped preset's sweep ({len(shipped.cells())} cells, 4 slots, {args.seeds} seeds), per call:")
+    for call, values in TimedSearcher.seconds.items():
+        values = sorted(values)
+        print(f"  {call:<17} {len(values):>4} calls: median {statistics.median(values) * 1e3:.1f} ms, "
+              f"90th percentile {values[int(0.9 * (len(values) - 1))] * 1e3:.1f} ms, max {values[-1] * 1e3:.1f} ms "
+              f"({statistics.median(values) / baseline:.1%} of the baseline)")
 
 
 if __name__ == "__main__":

@@ -89,8 +89,9 @@ def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
     return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
 
-def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
-    """The runs of one method: CellSearcher on ``workers`` slots, a trial lasting its budget / 1e17 time units."""
+def sweep(method: str, spec: SweepSpec, workers: int, searcher_class: type[CellSearcher] = CellSearcher) -> pd.DataFrame:
+    """The runs of one method: CellSearcher (or a subclass: bench_law_refit times its calls) on ``workers``
+    slots, a trial lasting its budget / 1e17 time units."""
     spec = dataclasses.replace(spec, branches=method.startswith("law+b"))
     if method == "law+b info 0":
         spec = dataclasses.replace(spec, information=0.0)
@@ -101,7 +102,7 @@ def sweep(method: str, spec: SweepSpec, workers: int) -> pd.DataFrame:
         spec = dataclasses.replace(spec, sampler=method)
         # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
         cells = [dataclasses.replace(c, n_trials=min(len(paper_widths(c.budget)), len(c.widths))) for c in cells]
-    searcher = CellSearcher(make_studies(spec, "search", None, cells))
+    searcher = searcher_class(make_studies(spec, "search", None, cells))
     clock, running, rows, n = 0.0, [], [], 0
     while True:
         while len(running) < workers:
