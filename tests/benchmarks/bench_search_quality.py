@@ -46,6 +46,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
+    parser.add_argument("--by-budget", action="store_true",
+                        help="also print each method's FLOPs and own trials per cell at each budget")
     add_set_option(parser)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -190,6 +193,8 @@ def main() -> None:
     reference = grid_flops(base)
     floor = bracket_floor(base)
     warmdowns = branch_warmdowns(base)
+    fewest_of_cell = fewest_trials(base.cells(), branches=True)
+    fewest = {c.budget: fewest_of_cell[c.key] for c in base.cells()}  # the same for every r of a budget here
     print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
           f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
@@ -202,6 +207,7 @@ def main() -> None:
     for method in args.methods.split(","):
         started = time.perf_counter()
         phis, covers, interior, paper, hits, regret, trials, points, flops = [], [], [], [], [], [], [], [], []
+        by_budget: dict[float, list[tuple[float, float]]] = {}  # budget -> (FLOPs share, own trials per cell) per seed
         for seed in range(args.seeds):
             spec = dataclasses.replace(base, seed=seed)
             runs = sweep(method, spec, args.workers).assign(status="ok")
@@ -228,12 +234,20 @@ def main() -> None:
             trials.append(len(own))
             points.append(len(runs))
             flops.append(own["flops_spent"].sum() / reference)
+            for budget, n_cells in Counter(c.budget for c in spec.cells()).items():
+                spent = own[own["budget_flops"] == budget]
+                by_budget.setdefault(budget, []).append((spent["flops_spent"].sum() / reference, len(spent) / n_cells))
         errors[method], costs[method] = np.array(phis) - PAPER_LAW.phi, statistics.fmean(flops)
         rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
         print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(paper):>6.1%} "
               f"{np.mean(hits):>8.1%} {statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} "
               f"{statistics.fmean(points):>6.1f} {statistics.fmean(flops):>10.0%}  "
               f"{time.perf_counter() - started:.0f} s", flush=True)
+        if args.by_budget:
+            for budget in sorted(by_budget, reverse=True):
+                share, per_cell = np.mean(by_budget[budget], axis=0)
+                print(f"    {budget:9.3g}: {share:6.1%} of the grid's FLOPs, {per_cell:.2f} own trials per cell "
+                      f"(fewest the bracket rule allows: {fewest[budget]})")
     if "paper grid" in errors:
         paired(errors, costs)
 
