@@ -1,7 +1,7 @@
 """Search quality on the simulated replay of the paper's study (run on demand; prints figures, asserts nothing).
 
     python tests/benchmarks/bench_search_quality.py [--seeds 40] [--workers 4] [--methods law,gp,...]
-                                                    [--set information=2 ...]
+                                                    [--set information=2 ...] [--by-budget]
 
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
 independent noise, a per-cell offset and a smooth per-cell deviation in log width), on the preset's cells: the
@@ -28,7 +28,8 @@ optimum (column "paper": of the paper's cells alone); the share whose optimum (t
 best run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset
 and curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
 trials; and the total FLOPs spent relative to what the paper grid spent on its 24 cells (computed here by
-model.accounting).
+model.accounting); with ``--by-budget``, that share and the trials per cell at each budget, next to the fewest
+the bracket rule allows (``law_sampler.fewest_trials``), which says where a method spends above that floor.
 
 Against the paper grid, on the same seeds (the same noise draws: the comparison is paired): the ratio of phi's
 RMSE to the grid's with a 95% interval (seeds resampled, 2,000 draws), the share of seeds whose phi lies within
