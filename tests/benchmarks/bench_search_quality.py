@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_search_quality.py [--seeds 40] [--workers 4] [--methods law,gp,...]
                                                     [--set information=2 ...] [--by-budget]
+                                                    [--first-seed 0]
 
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
 independent noise, a per-cell offset and a smooth per-cell deviation in log width), on the preset's cells: the
@@ -182,6 +183,8 @@ def branch_warmdowns(spec: SweepSpec) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed + seeds - 1 (fresh seeds check a setting chosen on others)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
@@ -197,7 +200,8 @@ def main() -> None:
     fewest_of_cell = fewest_trials(base.cells(), branches=True)
     fewest = {c.budget: fewest_of_cell[c.key] for c in base.cells()}  # the same for every r of a budget here
     print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
-          f"{base.misspec} nats, {args.seeds} seeds, {args.workers} workers; paper grid {reference:.3g} FLOPs; "
+          f"{base.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
+          f"{args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
           f"bracket rule's floor (3 trials in each r's largest cell, none just below it, 1 elsewhere, branches "
           f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
@@ -209,7 +213,7 @@ def main() -> None:
         started = time.perf_counter()
         phis, covers, interior, paper, hits, regret, trials, points, flops = [], [], [], [], [], [], [], [], []
         by_budget: dict[float, list[tuple[float, float]]] = {}  # budget -> (FLOPs share, own trials per cell) per seed
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             spec = dataclasses.replace(base, seed=seed)
             runs = sweep(method, spec, args.workers).assign(status="ok")
             fit = fit_joint_law(runs, n_starts=args.starts)
