@@ -92,7 +92,8 @@ def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
     return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
 
-def sweep(method: str, spec: SweepSpec, workers: int, searcher_class: type[CellSearcher] = CellSearcher) -> pd.DataFrame:
+def sweep(method: str, spec: SweepSpec, workers: int,
+          searcher_class: type[CellSearcher] = CellSearcher) -> pd.DataFrame:
     """The runs of one method: CellSearcher (or a subclass: bench_law_refit times its calls) on ``workers``
     slots, a trial lasting its budget / 1e17 time units."""
     spec = dataclasses.replace(spec, branches=method.startswith("law+b"))
@@ -184,7 +185,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--first-seed", type=int, default=0,
-                        help="seeds first-seed .. first-seed + seeds - 1 (fresh seeds check a setting chosen on others)")
+                        help="run seeds first-seed .. first-seed + seeds - 1 (fresh seeds check a setting chosen "
+                             "on others)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
