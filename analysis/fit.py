@@ -264,11 +264,6 @@ def refit(data: FitData, previous: np.ndarray | None, *, n_starts: int = 4, seed
     return result.x[best], float(result.f[best])
 
 
-def law_of(theta: np.ndarray) -> JointLaw:
-    """The JointLaw of a theta (a, alpha, b, beta, e, phi)."""
-    return JointLaw(**dict(zip(CONSTANTS, map(float, _constants(np.asarray(theta)[None])[0]))))
-
-
 def with_overrides(options: FitOptions, overrides: dict[str, Any]) -> FitOptions:
     """``options`` with some fields replaced; an unknown field is a ValueError."""
     try:

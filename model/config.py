@@ -106,10 +106,6 @@ class LoopedConfig:
         return self.n_prelude + self.r * self.n_recur + self.n_coda
 
     @property
-    def n_unique_layers(self) -> int:
-        return self.n_prelude + self.n_recur + self.n_coda
-
-    @property
     def mlp_hidden(self) -> int:
         return self.mlp_ratio * self.width
 
