@@ -58,8 +58,9 @@ def take_signals() -> dict[int, Any]:
 
 
 def restore_signals(previous: dict[int, Any]) -> None:
+    """Put back handlers ``signal.signal`` returned; None (one installed outside Python) becomes the default."""
     for s, handler in previous.items():
-        signal.signal(s, handler)
+        signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def interrupt(signum: int, frame: Any) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 
 from loopscale.analysis.store import check_server, check_store, redact
+from loopscale.search.stopping import SIGNALS, restore_signals
 
 LOOPBACK = "127.0.0.1"
 # MLflow 3.17's shared view state: the experiment page with ``?viewStateShareKey=K`` loads the JSON in the
@@ -131,13 +132,11 @@ def spawn_holding_signals(command: list[str], **popen_args) -> tuple[subprocess.
     if threading.current_thread() is not threading.main_thread():
         return subprocess.Popen(command, **popen_args), False
     held: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in SIGNALS}
     try:
         proc = subprocess.Popen(command, **popen_args)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        restore_signals(previous)
     return proc, bool(held)
 
 
