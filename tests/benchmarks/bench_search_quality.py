@@ -2,7 +2,7 @@
 
     python tests/benchmarks/bench_search_quality.py [--seeds 40] [--workers 4] [--methods law,gp,...]
                                                     [--set information=2 ...] [--by-budget]
-                                                    [--first-seed 0]
+                                                    [--first-seed 0] [--dump seeds.csv]
 
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
 independent noise, a per-cell offset and a smooth per-cell deviation in log width), on the preset's cells: the
@@ -24,7 +24,8 @@ the cost-aware order and the early stops act as in a sweep. Methods:
 Each seed changes the noise draws (offsets and curves included) and the samplers' seeds. The runs of a
 method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
 over cells) and the per-cell parabolas (``cell_optima``). Reported per method, over the cells it ran: phi's
-RMSE against the law's 0.459 and how often the 95% interval covers it; the share of cells with an interior
+RMSE against the law's 0.459, how often the 95% interval covers it and its median width (the paper's own
+interval, 0.41-0.53, is 0.12 wide: PAPER.md); the share of cells with an interior
 optimum (column "paper": of the paper's cells alone); the share whose optimum (the parabola's width, else the
 best run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset
 and curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
@@ -36,6 +37,8 @@ Against the paper grid, on the same seeds (the same noise draws: the comparison 
 RMSE to the grid's with a 95% interval (seeds resampled, 2,000 draws), the share of seeds whose phi lies within
 0.03 of 0.459, and var * FLOPs against the grid's (below 1: more precision per FLOP than the grid). The RMSE of
 n seeds is itself uncertain by about 1 / sqrt(2 n) of itself (16% at 20 seeds), hence the default of 40.
+``--dump`` writes every method's per-seed phi, interval and FLOPs, for questions the summary does not answer
+(bias, the tails of the errors).
 """
 
 from __future__ import annotations
@@ -190,6 +193,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--starts", type=int, default=100, help="random starts of each joint fit")
+    parser.add_argument("--dump", metavar="CSV",
+                        help="also write each method's per-seed phi, its 95%% interval and FLOPs to CSV")
     parser.add_argument("--by-budget", action="store_true",
                         help="also print each method's FLOPs and own trials per cell at each budget")
     add_set_option(parser)
@@ -207,12 +212,12 @@ def main() -> None:
           f"bracket rule's floor (3 trials in each r's largest cell, none just below it, 1 elsewhere, branches "
           f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
           f"of the branch points that bracket the other cells")
-    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'interior':>8} {'paper':>6} {'<=1 step':>8} "
-          f"{'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
-    errors, costs = {}, {}
+    print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'CI width':>8} {'interior':>8} {'paper':>6} "
+          f"{'<=1 step':>8} {'regret':>7} {'trials':>6} {'points':>6} {'FLOPs/grid':>10}  time")
+    errors, costs, per_seed = {}, {}, []
     for method in args.methods.split(","):
         started = time.perf_counter()
-        phis, covers, interior, paper, hits, regret, trials, points, flops = [], [], [], [], [], [], [], [], []
+        phis, covers, widths, interior, paper, hits, regret, trials, points, flops = ([] for _ in range(10))
         by_budget: dict[float, list[tuple[float, float]]] = {}  # budget -> (FLOPs share, own trials per cell) per seed
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             spec = dataclasses.replace(base, seed=seed)
@@ -220,6 +225,7 @@ def main() -> None:
             fit = fit_joint_law(runs, n_starts=args.starts)
             phis.append(fit.phi)
             covers.append(fit.phi_ci[0] <= PAPER_LAW.phi <= fit.phi_ci[1])
+            widths.append(fit.phi_ci[1] - fit.phi_ci[0])
             optima = cell_optima(runs, n_bootstrap=0).table.set_index(["budget_flops", "r"])
             for cell in spec.cells():
                 if (cell.budget, cell.r) not in optima.index:
@@ -240,14 +246,16 @@ def main() -> None:
             trials.append(len(own))
             points.append(len(runs))
             flops.append(own["flops_spent"].sum() / reference)
+            per_seed.append({"method": method, "seed": seed, "phi": fit.phi, "phi_low": fit.phi_ci[0],
+                             "phi_high": fit.phi_ci[1], "flops_vs_grid": flops[-1]})
             for budget, n_cells in cells_at.items():
                 spent = own[own["budget_flops"] == budget]
                 by_budget.setdefault(budget, []).append((spent["flops_spent"].sum() / reference, len(spent) / n_cells))
         errors[method], costs[method] = np.array(phis) - PAPER_LAW.phi, statistics.fmean(flops)
         rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
-        print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.mean(interior):>8.1%} {np.mean(paper):>6.1%} "
-              f"{np.mean(hits):>8.1%} {statistics.fmean(regret):>7.2f} {statistics.fmean(trials):>6.1f} "
-              f"{statistics.fmean(points):>6.1f} {statistics.fmean(flops):>10.0%}  "
+        print(f"{method:<11} {rmse:>8.3f} {np.mean(covers):>9.0%} {np.median(widths):>8.3f} {np.mean(interior):>8.1%} "
+              f"{np.mean(paper):>6.1%} {np.mean(hits):>8.1%} {statistics.fmean(regret):>7.2f} "
+              f"{statistics.fmean(trials):>6.1f} {statistics.fmean(points):>6.1f} {statistics.fmean(flops):>10.0%}  "
               f"{time.perf_counter() - started:.0f} s", flush=True)
         if args.by_budget:
             # the bracket rule's fewest trials, for the law sampler with or without branches as this method runs it
@@ -258,6 +266,8 @@ def main() -> None:
                 floor_note = f" (fewest the bracket rule allows: {rule[budget]})" if method.startswith("law") else ""
                 print(f"    {budget:9.3g}: {share:6.1%} of the grid's FLOPs, {per_cell:.2f} own trials per cell"
                       f"{floor_note}")
+    if args.dump:
+        pd.DataFrame(per_seed).to_csv(args.dump, index=False)
     if "paper grid" in errors:
         paired(errors, costs)
 
