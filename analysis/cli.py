@@ -103,7 +103,8 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 
                        help=f"bootstrap resamples behind the intervals (default {bootstrap_default})")
     group.add_argument("--interval", choices=INTERVAL_METHODS, default="auto",
                        help="block bootstrap over (budget, r) cells, residual bootstrap, or auto: block when "
-                            "cells are many, residual when few (see analysis/fit.py; default auto)")
+                            "resamples keep three r's and budgets, residual otherwise (see analysis/fit.py; "
+                            "default auto)")
     group.add_argument("--seed", type=int, default=0, help="seed of the starts and the bootstrap (default 0)")
 
 

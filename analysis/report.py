@@ -91,7 +91,9 @@ class Analysis:
         lines = [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                  f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                  f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-                 f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells) "
+                 f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
+                 + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "")
+                 + ") "
                  f"[{joint.status.value}]",
                  f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
                  "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,

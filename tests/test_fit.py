@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
 from loopscale.analysis.fit import FitData, block_loss_share, interval_method, objective
 from loopscale.analysis.options import THETA
+from loopscale.analysis.runs import expand_branches
 from loopscale.analysis.optimize import Stop, minimize_batch
 from loopscale.model import PAPER_LAW, JointLaw
-from test_analysis_sim import PAPER_GRID, paper_runs
+from loopscale.objectives import simulate
+from test_analysis_sim import PAPER_GRID, paper_runs, trial_configs
 
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 # The paper's constants and two lopsided sets: a Chinchilla-like data-dominated law with phi near 1, and a
@@ -192,13 +195,50 @@ NINE_CELLS = {"grid": {c: PAPER_GRID[c] for c in (1e18, 4.64e18, 2.15e19)}, "rec
 
 def test_auto_interval_is_block_with_many_cells_and_residual_with_few():
     many, few = FitData.from_runs(paper_runs()), FitData.from_runs(paper_runs(**NINE_CELLS))
-    # sum over levels of (1 - k/n)^n: 4 (1 - 6/24)^24 + 6 (1 - 4/24)^24 and 6 (1 - 3/9)^9
-    assert block_loss_share(many) == pytest.approx(4 * 0.75 ** 24 + 6 * (5 / 6) ** 24)
+    # over the sets of levels whose loss leaves fewer than 3: pairs of the 4 r's (12 of 24 cells), fours of the 6
+    # budgets (16 of 24); and any one level of 3 (3 of 9 cells)
+    assert block_loss_share(many) == pytest.approx(6 * 0.5 ** 24 + 15 * (1 / 3) ** 24)
     assert block_loss_share(few) == pytest.approx(6 * (2 / 3) ** 9)
     assert interval_method(many, FitOptions()) == "block"
     assert interval_method(few, FitOptions()) == "residual"
     assert interval_method(few, FitOptions(interval="block")) == "block"
     assert fit_joint_law(paper_runs(**NINE_CELLS), n_starts=20, n_bootstrap=4).interval == "residual"
+
+
+def test_auto_interval_counts_only_resamples_left_with_too_few_levels():
+    """Losing one of eight budgets, as the paper preset's 32 cells may, leaves the law identified; losing one of
+    three, as nine cells may, does not. Two r's are both needed."""
+    preset = FitData.from_runs(paper_runs(grid={**{c: (8, 10, 12) for c in (1e17, 2.15e17)}, **PAPER_GRID}))
+    assert preset.n_cells == 32 and block_loss_share(preset) < 1e-3
+    assert interval_method(preset, FitOptions()) == "block"
+    two_r = FitData.from_runs(paper_runs(recurrences=(1, 2)))  # 6 budgets x 2 r: losing an r of 12 cells
+    assert block_loss_share(two_r) == pytest.approx(2 * 0.5 ** 12 + 15 * (1 - 8 / 12) ** 12)
+
+
+def branched_runs(noise: float) -> pd.DataFrame:
+    """The paper grid simulated with independent noise only, each trial also branching into the next smaller
+    budget: a branch point carries its trial's noise into another cell."""
+    budgets = sorted(PAPER_GRID)
+    configs = [dataclasses.replace(c, branch_budgets=tuple(b for b in budgets if b < c.budget_flops)[-1:])
+               for c in trial_configs(noise=noise, seed=3)]
+    rows = [{"run_id": f"t{i}", "sweep": "sim", "stage": "search", "branch_of": "", **simulate(c)}
+            for i, c in enumerate(configs)]
+    return expand_branches(pd.DataFrame(rows))
+
+
+def test_the_block_bootstrap_resamples_branch_points_with_their_trial():
+    runs = branched_runs(noise=0.02)
+    data = FitData.from_runs(runs)
+    branches = runs[runs["branch_of"] != ""]
+    assert len(branches) == 116 - 4 * len(PAPER_GRID[min(PAPER_GRID)]) and data.trial.max() + 1 == 116
+    by_run = dict(zip(runs["run_id"], data.trial))  # (FitData keeps the runs' order)
+    assert all(by_run[b] == by_run[t] for b, t in zip(branches["run_id"], branches["branch_of"]))
+
+    both = fit_joint_law(runs, n_starts=40, n_bootstrap=100, interval="block")
+    # the same runs with their trials forgotten: cells alone are resampled, and the shared noise is missed
+    cells = fit_joint_law(runs.assign(branch_of=""), n_starts=40, n_bootstrap=100, interval="block")
+    assert (both.n_shared_trials, cells.n_shared_trials) == (len(branches), 0)  # one branch point per trial here
+    assert both.phi_ci[1] - both.phi_ci[0] > 1.2 * (cells.phi_ci[1] - cells.phi_ci[0])
 
 
 def test_residual_bootstrap_keeps_phi_identified_on_nine_cells():

@@ -79,7 +79,7 @@ def main() -> None:
                   f"{t['err'].mean():>11.3f} {100 * t['at_bound'].mean():>14.1f}% {int(t['pinned'].sum()):>19}")
     data = FitData.from_runs(sweep(0, "independent"))
     print(f"auto picks {interval_method(data, DEFAULT_FIT_OPTIONS)!r} for these sweeps (expected share of block "
-          f"resamples losing a whole r or budget: {100 * block_loss_share(data):.1f}%); "
+          f"resamples keeping too few r's or budgets: {100 * block_loss_share(data):.1f}%); "
           f"{time.perf_counter() - begin:.0f} s")
 
 

@@ -22,10 +22,10 @@ the cost-aware order and the early stops act as in a sweep. Methods:
 * ``law+b info 0``: the same with ``information = 0`` (a cell stops once its optimum is located).
 
 Each seed changes the noise draws (offsets and curves included) and the samplers' seeds. The runs of a
-method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``, block bootstrap
-over cells) and the per-cell parabolas (``cell_optima``). Reported per method, over the cells it ran: phi's
-RMSE against the law's 0.459, how often the 95% interval covers it and its median width (the paper's own
-interval, 0.41-0.53, is 0.12 wide: PAPER.md); the share of cells with an interior
+method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``: its bootstrap over
+cells, with the trials of warmdown branch points) and the per-cell parabolas (``cell_optima``). Reported per
+method, over the cells it ran: phi's RMSE against the law's 0.459, how often the 95% interval covers it and its
+median width (the paper's own interval, 0.41-0.53, is 0.12 wide: PAPER.md); the share of cells with an interior
 optimum (column "paper": of the paper's cells alone); the share whose optimum (the parabola's width, else the
 best run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset
 and curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);
