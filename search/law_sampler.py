@@ -142,10 +142,10 @@ class LawSurrogate:
     """The finished trials of every cell and the joint law fitted to them (see the module docstring)."""
 
     def __init__(self, cells: list[CellGeometry], *, seed: int, tolerance: float, branches: bool = False,
-                 information: float = 0.0):
+                 information: float = 0.0, deferred: int = 1):
         self.cells = {c.key: c for c in cells}
         self.seed, self.tolerance, self.branches, self.information = seed, tolerance, branches, information
-        self.fewest = fewest_trials(cells, branches)  # 0: a cell that waits for its branches before any trial
+        self.fewest = fewest_trials(cells, branches, deferred)  # 0: a cell that waits for its branches first
         self.floor_flops = sum(self.fewest[c.key] * c.budget for c in cells)  # what a trial's cost is a share of
         self.incoming: dict[str, dict[int, int]] = {c.key: {} for c in cells}  # cell -> heads -> branches running
         self.results: dict[str, dict[int, float]] = {c.key: {} for c in cells}  # cell -> heads -> loss
@@ -445,20 +445,20 @@ class LawSurrogate:
         return vertex_log_s, se_log_n / slope
 
 
-def fewest_trials(cells: Iterable[Any], branches: bool) -> dict[str, int]:
+def fewest_trials(cells: Iterable[Any], branches: bool, deferred: int = 1) -> dict[str, int]:
     """The fewest trials per cell (by key; cells with ``key``, ``budget``, ``r``) the bracket rule allows: 3 (the
     best and a neighbour on either side), or with warmdown branches 3 in each r's largest cell, which no larger
-    cell can branch into, none in the cell just below it when r has three budgets or more (its three widths can
-    all be the largest cell's branches: ``LawSurrogate.waits``), and 1 in every other cell (its first, for the
-    law's fit; its neighbours from larger cells' branches). The sampler spends more wherever a guess misses or a
-    trial is worth it for phi; it never spends less."""
+    cell can branch into, none in the ``deferred`` cells just below it (the spec's ``deferred_budgets``; their
+    widths can all be larger cells' branches: ``LawSurrogate.waits``) as long as a cheaper cell of the r remains,
+    and 1 in every other cell (its first, for the law's fit; its neighbours from larger cells' branches). The
+    sampler spends more wherever a guess misses or a trial is worth it for phi; it never spends less."""
     cells = list(cells)
     budgets = {r: sorted({o.budget for o in cells if o.r == r}, reverse=True) for r in {c.r for c in cells}}
     fewest = {}
     for c in cells:
         rank = budgets[c.r].index(c.budget)  # 0: the largest budget of its r
-        deferred = rank == 1 and len(budgets[c.r]) > 2
-        fewest[c.key] = 3 if not branches or rank == 0 else 0 if deferred else 1
+        waits = 1 <= rank <= deferred and rank < len(budgets[c.r]) - 1
+        fewest[c.key] = 3 if not branches or rank == 0 else 0 if waits else 1
     return fewest
 
 

@@ -147,16 +147,18 @@ def total_flops(spec: SweepSpec) -> float:
 def flops_estimate(spec: SweepSpec) -> str:
     """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
     optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
-    (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell, none in the cell just below
-    it (with three budgets or more) and 1 in every other cell (its first; ``law_sampler.fewest_trials``); next to
+    (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell, none in the
+    ``deferred_budgets`` cells just below it (while a cheaper one remains) and 1 in every other cell (its first;
+    ``law_sampler.fewest_trials``); next to
     the paper grid's figure when the sweep covers its cells (analysis.flops)."""
     cap = floor = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
-        fewest = fewest_trials(spec.cells(), spec.branches)
+        fewest = fewest_trials(spec.cells(), spec.branches, spec.deferred_budgets)
         floor = sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
             c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
-        least = ("3 widths in each r's largest cell, none just below it (with three budgets or more) and 1 in the "
+        below = "just below it" if spec.deferred_budgets == 1 else f"in the {spec.deferred_budgets} budgets below it"
+        least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
                  "others (warmdown branches fill their brackets)") if spec.branches else "3 widths per cell at least"
         text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
                 f"{least}, trials_per_cell at most)")

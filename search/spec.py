@@ -22,6 +22,9 @@ Layout (every key optional unless marked)::
     information = 0                  # law sampler: a located cell takes another width while that trial's share of
                                      # var(phi) removed is >= information x its share of the fewest trials' FLOPs
                                      # (search/law_sampler.py); 0 = off
+    deferred_budgets = 1             # law sampler with branches: budgets just below each r's largest that take no
+                                     # trial of their own until the larger cells' branches have reached them (a
+                                     # cheaper budget of the r always takes its first trial; 0 = none wait)
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -74,7 +77,7 @@ MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 MAX_NAME = 128
 # fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
 # spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
-_ADDED_FIELDS = {"information": 0.0}
+_ADDED_FIELDS = {"information": 0.0, "deferred_budgets": 1}
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class SweepSpec:
     tolerance: float = DEFAULT_TOLERANCE
     branches: bool = False
     information: float = 0.0
+    deferred_budgets: int = 1
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -192,6 +196,8 @@ class SweepSpec:
         require(tolerance > 0, f"tolerance must be > 0 (log width), got {tolerance}")
         information = t.number("information", default=0.0)
         require(information >= 0, f"information must be >= 0 (0 = off), got {information}")
+        deferred = t.int("deferred_budgets", default=1)
+        require(deferred >= 0, f"deferred_budgets must be >= 0 (0 = every cell takes its first trial), got {deferred}")
         law = sim.table("law") or None
         if law is not None:
             try:
@@ -224,7 +230,8 @@ class SweepSpec:
             first_guess_tokens_per_param=float(t.number("first_guess_tokens_per_param", default=20)),
             noise=float(sizes["noise"]), cell_noise=float(sizes["cell_noise"]), misspec=float(sizes["misspec"]),
             tolerance=float(tolerance), branches=t.bool("branches", default=False),
-            information=float(information), law=law, data=data, recipe=recipe, calibrate=None,
+            information=float(information), deferred_budgets=deferred, law=law, data=data, recipe=recipe,
+            calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), workers=workers,
             max_concurrent=max_concurrent,
             retries=retries,
@@ -242,6 +249,9 @@ class SweepSpec:
                 f"{spec.sampler!r}")
         require(not spec.branches or spec.sampler == "law",
                 f"branches = true needs sampler = \"law\" (it chooses where a trial branches), got {spec.sampler!r}")
+        require(spec.deferred_budgets == 1 or spec.branches,
+                f"deferred_budgets = {spec.deferred_budgets} needs branches = true (a deferred cell waits for the "
+                f"larger cells' branch points)")
         uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
         if uses_data:  # absent tables mean objectives' defaults (KJV bytes)
             data, recipe = data or {}, recipe or {}
@@ -360,7 +370,8 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "tolerance", "branches", "information", "min_steps", "first_guess_tokens_per_param",
+    "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "min_steps",
+    "first_guess_tokens_per_param",
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )

@@ -303,7 +303,8 @@ def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
     surrogate = None
     if spec.sampler == "law" and stage == "search":
         surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.seed,
-                                 tolerance=spec.tolerance, branches=spec.branches, information=spec.information)
+                                 tolerance=spec.tolerance, branches=spec.branches, information=spec.information,
+                                 deferred=spec.deferred_budgets)
     return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import optuna
 import pandas as pd
@@ -231,6 +232,23 @@ def test_the_cell_just_below_each_rs_largest_waits_for_its_branches_before_its_f
         assert not mine or min(mine) > max(top)
         assert any(BUDGETS[1] in branches for cell, _, branches in trials if cell == cell_key(BUDGETS[2], r))
         assert len(surrogate.results[cell_key(BUDGETS[1], r)]) >= 3
+
+
+def test_deferred_budgets_leave_each_rs_cheapest_cell_its_first_trial():
+    """``deferred_budgets`` cells below each r's largest take no trial of their own, but never the cheapest: the
+    law is fitted on it first."""
+    budgets = (1e17, 1e18, 1e19, 1e20, 1e21)
+    cells = [SimpleNamespace(key=f"{b:g}/{r}", budget=b, r=r) for r in (1, 2) for b in budgets]
+
+    def by_budget(deferred: int) -> list[int]:
+        fewest = fewest_trials(cells, branches=True, deferred=deferred)
+        assert fewest == {c.key: fewest[f"{c.budget:g}/1"] for c in cells}  # the same for every r
+        return [fewest[f"{b:g}/1"] for b in budgets]
+
+    assert by_budget(0) == [1, 1, 1, 1, 3]
+    assert by_budget(1) == [1, 1, 1, 0, 3]
+    assert by_budget(3) == by_budget(9) == [1, 0, 0, 0, 3]
+    assert fewest_trials(cells, branches=False, deferred=3) == {c.key: 3 for c in cells}
 
 
 def test_a_cell_leaves_a_free_slot_to_others_while_its_running_trials_may_settle_it(spec):

@@ -166,6 +166,10 @@ def test_a_field_added_since_leaves_earlier_sweeps_hash_alone(tmp_path):
     assert (plain.spec_hash, law.spec_hash) == ("42abded7f929", "c73e08eee687")
     informed = SweepSpec.from_toml(write_spec(tmp_path, "info.toml", sampler="law", information=1))
     assert informed.design()["information"] == 1.0 and informed.spec_hash != law.spec_hash
+    branched, deferred = (SweepSpec.from_toml(write_spec(tmp_path, f"d{n}.toml", sampler="law", branches=True,
+                                                         deferred_budgets=n)) for n in (1, 2))
+    assert "deferred_budgets" not in branched.design() and deferred.design()["deferred_budgets"] == 2
+    assert deferred.spec_hash != branched.spec_hash
 
 
 def test_objective_override_drops_calibration(tmp_path):
@@ -191,6 +195,8 @@ MISTAKES = [
     ({"sampler": "law", "branches": "yes"}, "must be true or false"),
     ({"sampler": "gp", "information": 1}, "information = 1 needs sampler"),
     ({"sampler": "law", "information": -1}, "information must be >= 0"),
+    ({"sampler": "law", "deferred_budgets": 2}, "deferred_budgets = 2 needs branches = true"),
+    ({"sampler": "law", "branches": True, "deferred_budgets": -1}, "deferred_budgets must be >= 0"),
     ({"sampler": "law", "branches": True, "objective": "train", "data": {"source": "kjv"},
       "recipe": {"schedule": "paper"}}, "needs \\[recipe\\] schedule"),
     ({"name": None}, "needs 'name'"),

@@ -207,7 +207,7 @@ def main() -> None:
         print(f"   {label:<28} {share:>10.1%} {sd:>8.4f} {sd * sd * share / grid_sd ** 2:>14.2f}", flush=True)
 
     print("3. bounds: a greedy design knowing the true law and optima, most variance of phi removed per FLOP")
-    fewest = fewest_trials(base.cells(), branches=True)
+    fewest = fewest_trials(base.cells(), branches=True, deferred=base.deferred_budgets)
     optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
 
     def nearest(c) -> int:  # index of the cell's width nearest its true optimum

@@ -158,21 +158,21 @@ def grid_flops(spec: SweepSpec) -> float:
 
 def bracket_floor(spec: SweepSpec) -> float:
     """FLOPs of the fewest trials the bracket rule allows (``law_sampler.fewest_trials``: 3 in each r's largest
-    cell, none in the cell just below it, 1 in every other cell with warmdown branches, whose own cost is left
-    out), each at the cell's first guess. No sampler of the rule that gives each smaller cell its first trial
-    spends less; every wasted guess is above it."""
-    fewest = fewest_trials(spec.cells(), branches=True)
+    cell, none in the ``deferred_budgets`` cells just below it, 1 in every other cell with warmdown branches,
+    whose own cost is left out), each at the cell's first guess. No sampler of the rule that gives each smaller
+    cell its first trial spends less; every wasted guess is above it."""
+    fewest = fewest_trials(spec.cells(), branches=True, deferred=spec.deferred_budgets)
     return sum(fewest[c.key] * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
 
 
 def branch_warmdowns(spec: SweepSpec) -> float:
     """FLOPs of the warmdowns of the branch points every cell below each r's largest needs besides its own
-    fewest trials (``fewest_trials``: 3 - 0 in the cell just below the largest, 3 - 1 in the others): what the
+    fewest trials (``fewest_trials``: 3 - 0 in a deferred cell, 3 - 1 in the others): what the
     design that ``bracket_floor`` counts adds to it at the least, even if it knows every optimum. Each costs its
     trial the warmdown of a run of the cell (objectives/branches.py), taken here from a trial of the next budget
     up at the cell's first guess."""
     cells = spec.cells()
-    fewest = fewest_trials(cells, branches=True)
+    fewest = fewest_trials(cells, branches=True, deferred=spec.deferred_budgets)
     total = 0.0
     for c in cells:
         above = [o for o in cells if o.r == c.r and o.budget > c.budget]
@@ -209,7 +209,8 @@ def main() -> None:
           f"{base.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
           f"{args.workers} workers; paper grid {reference:.3g} FLOPs; "
           f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
-          f"bracket rule's floor (3 trials in each r's largest cell, none just below it, 1 elsewhere, branches "
+          f"bracket rule's floor (3 trials in each r's largest cell, none in the {base.deferred_budgets} budget(s) "
+          f"just below it while a cheaper one remains, 1 elsewhere, branches "
           f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
           f"of the branch points that bracket the other cells")
     print(f"{'method':<11} {'phi RMSE':>8} {'CI covers':>9} {'CI width':>8} {'interior':>8} {'paper':>6} "
@@ -259,7 +260,7 @@ def main() -> None:
               f"{time.perf_counter() - started:.0f} s", flush=True)
         if args.by_budget:
             # the bracket rule's fewest trials, for the law sampler with or without branches as this method runs it
-            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"))
+            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"), deferred=base.deferred_budgets)
             rule = {c.budget: fewest[c.key] for c in base.cells()}  # the same for every r of a budget here
             for budget in sorted(by_budget, reverse=True):
                 share, per_cell = np.mean(by_budget[budget], axis=0)
