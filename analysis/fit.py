@@ -342,16 +342,22 @@ def _block_bootstrap(theta: np.ndarray, main: BatchResult, data: FitData, lower:
     if n_boot == 0:
         return np.empty((0, len(THETA))), 0
     weights = _multiplicities(data.cell, n_boot, rng)  # (B, n) multiplicity of each run in each resample
-    if shared_trials(data):
+    shared = _shared(data)
+    if shared.any():
         # and of the trials whose branch points share their noise (module docstring); others stay with their cell
-        shared = np.bincount(data.trial) > 1
         weights *= np.where(shared[data.trial], _multiplicities(data.trial, n_boot, rng), 1.0)
     return _refit(theta, main, data, lower, upper, options, weights=weights)
 
 
+def _shared(data: FitData) -> np.ndarray:
+    """Per trial code, whether the trial has more than one run in ``data`` (itself and its warmdown branch
+    points); empty when the runs carry no trials."""
+    return np.zeros(0, bool) if data.trial is None else np.bincount(data.trial) > 1
+
+
 def shared_trials(data: FitData) -> int:
     """How many trials have more than one run in ``data``: a trial and its warmdown branch points."""
-    return 0 if data.trial is None else int((np.bincount(data.trial) > 1).sum())
+    return int(_shared(data).sum())
 
 
 def _multiplicities(group: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:

@@ -149,8 +149,8 @@ def flops_estimate(spec: SweepSpec) -> str:
     optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
     (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell, none in the
     ``deferred_budgets`` cells just below it (while a cheaper one remains) and 1 in every other cell (its first;
-    ``law_sampler.fewest_trials``); next to
-    the paper grid's figure when the sweep covers its cells (analysis.flops)."""
+    ``law_sampler.fewest_trials``); next to the paper grid's figure when the sweep covers its cells
+    (analysis.flops)."""
     cap = floor = total_flops(spec)
     text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
