@@ -20,6 +20,10 @@ spec hash. The trial config carries them under one key, ``testing``:
   raising after ``RENDEZVOUS_TIMEOUT_S``. The first N trials then run at the same time, each holding its
   resources: on a cluster whose nodes hold one trial each they land on N different nodes, however slowly
   the nodes start their trial processes.
+* ``fill_disk``: a path. An execution that ends while ``<fill_disk>.armed`` exists removes that file, then fills
+  the file system holding ``fill_disk`` to its last byte (writing ``fill_disk`` until ENOSPC) just before it
+  returns: a disk that is full at the moment a trial ends, which a test cannot time from outside the trial
+  (its sleep and its writes race the trial's ``delay_s`` on a loaded machine).
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ if TYPE_CHECKING:
     from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
-KEYS = ("delay_s", "journal", "rendezvous", "faults")
+KEYS = ("delay_s", "journal", "rendezvous", "faults", "fill_disk")
+ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
+MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
 FAULT_ONCE = "-once"
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -64,10 +70,13 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     require(rendezvous <= 1 or journal is not None, "[testing] rendezvous needs [testing] journal to count the "
              "trials that started")
     require(isinstance(faults, dict), "[testing] faults must be a table")
+    fill_disk = table.get("fill_disk")
+    require(fill_disk is None or isinstance(fill_disk, str), f"[testing] fill_disk must be a path, got {fill_disk!r}")
     aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
                             "faults": _parse_faults(faults, widths, journal is not None)}
-    if journal is not None:
-        aids["journal"] = str(os.path.abspath(os.path.expanduser(journal)))  # trials run in other directories
+    for key, path in (("journal", journal), ("fill_disk", fill_disk)):
+        if path is not None:
+            aids[key] = str(os.path.abspath(os.path.expanduser(path)))  # trials run in other directories
     return {k: v for k, v in aids.items() if v}
 
 
@@ -115,9 +124,28 @@ def before_trial(trial: TrialConfig) -> str:
 
 
 def after_trial(trial: TrialConfig) -> None:
+    """Journal the end; fill the disk if ``fill_disk`` is armed (module docstring)."""
     aids = trial.testing or {}
     if aids:
         _journal(trial, aids, "end")
+    if aids.get("fill_disk"):
+        try:
+            os.unlink(aids["fill_disk"] + ARMED)
+        except FileNotFoundError:  # not armed, or another trial took it
+            return
+        fill_to_zero(aids["fill_disk"])
+
+
+def fill_to_zero(path: str) -> None:
+    """Append to ``path`` until its file system has no byte left (a MiB, then a page at a time, unbuffered, so
+    nothing is left in a buffer to fail later)."""
+    with open(path, "ab", buffering=0) as f:
+        for chunk in (MIB, 4096):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError:
+                pass
 
 
 def _fault(trial: TrialConfig, aids: Mapping[str, Any], earlier_runs: int) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from loopscale.objectives import simulate
+from loopscale.objectives import simulate, testing
 from loopscale.search import SweepSpec
 from loopscale.search.stopping import StoreFailure, SweepInterrupted, signals_noted
 from loopscale.search.tracking import RECEIPT_TAG, open_sweep
@@ -39,11 +39,12 @@ MIB = 2**20
 pytestmark = pytest.mark.usefixtures("testing_aids")  # the sweeps' trials journal and sleep ([testing])
 
 
-def small_sweep(folder: Path, **overrides) -> SweepSpec:
-    """6 cells x 2 widths on the grid (12 trials of ~0.5 s each)."""
+def small_sweep(folder: Path, aids: dict | None = None, **overrides) -> SweepSpec:
+    """6 cells x 2 widths on the grid (12 trials of ~0.5 s each), with further ``[testing]`` aids."""
     folder.mkdir(parents=True, exist_ok=True)
     spec = base_spec(folder, budgets=[1e12, 1e13], recurrences=[1, 2, 4], sampler="grid", trials_per_cell=2,
-                     testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")}, **overrides)
+                     testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl"), **(aids or {})},
+                     **overrides)
     (folder / "spec.toml").write_text(to_toml(spec))
     return SweepSpec.from_toml(folder / "spec.toml")
 
@@ -274,6 +275,19 @@ def fill(disk: Path, leave_bytes: int) -> Path:
     return filler
 
 
+def test_the_fill_disk_aid_fills_the_disk_as_an_armed_trial_ends_and_only_then(tmp_path, small_disk):
+    filler = small_disk / "filler"
+    spec = small_sweep(tmp_path / "sweep", {"fill_disk": str(filler)})
+    cell = spec.cells()[0]
+    config = spec.trial_config(cell, cell.widths[0])
+    plain = simulate(config)
+    assert not filler.exists()  # not armed: the trial writes nothing
+    armed = Path(f"{filler}{testing.ARMED}")
+    armed.touch()
+    assert simulate(config)["val_loss"] == plain["val_loss"]
+    assert os.statvfs(small_disk).f_bavail == 0 and not armed.exists()  # full, and disarmed for the next trial
+
+
 def test_a_full_disk_is_refused_before_anything_starts(tmp_path, small_disk, capsys):
     from loopscale.search.cli import main
 
@@ -301,15 +315,9 @@ def test_a_disk_filling_up_mid_sweep_stops_it_cleanly_and_resume_completes(tmp_p
 
 
 def fill_to_zero(disk: Path) -> Path:
-    """Fill ``disk`` to its last byte at once (a page at a time, unbuffered, until ENOSPC)."""
+    """Fill ``disk`` to its last byte at once (the simulated trial's own ``fill_disk`` aid does the same)."""
     filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        for chunk in (MIB, 4096):
-            try:
-                while True:
-                    f.write(b"\0" * chunk)
-            except OSError:
-                pass
+    testing.fill_to_zero(str(filler))
     assert os.statvfs(disk).f_bavail == 0
     return filler
 
@@ -318,26 +326,19 @@ def stage_folder(spec: SweepSpec) -> Path:
     return Path(spec.storage) / spec.name / "search"
 
 
-def fill_as_a_trial_ends(spec: SweepSpec, disk: Path) -> Path:
-    """``fill_to_zero`` about 0.1 s before the next trial that starts ends (its start in the journal, then its
-    ``delay_s``), so that it ends on a full disk before the sweep has stopped."""
-    seen = len(journal(spec))
-    while not [e for e in journal(spec)[seen:] if e["event"] == "start"]:
-        time.sleep(0.005)
-    time.sleep(spec.testing["delay_s"] - 0.1)
-    return fill_to_zero(disk)
-
-
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_disk_filled_to_zero_at_once_mid_sweep_resumes_once_space_is_freed(tmp_path, ray_dir, small_disk):
     """No room left at all, before the free-space watch can stop the sweep: receipts and Tune's state sync
     fail (its state files truncated); a trial that ends then has its MLflow run but no receipt. After space
     is freed, --resume writes that receipt back from the run, and every trial has executed once."""
-    spec = small_sweep(tmp_path / "sweep", storage=str(small_disk / "tune"))
+    filler = small_disk / "filler"
+    spec = small_sweep(tmp_path / "sweep", {"fill_disk": str(filler)}, storage=str(small_disk / "tune"))
     driver = running(spec, ray_dir, trials=4)
-    filler = fill_as_a_trial_ends(spec, small_disk)
+    armed = Path(f"{filler}{testing.ARMED}")
+    armed.touch()  # the next trial to end fills the disk to zero just before it returns (no timing from here)
     code, out = run_to_end(driver, timeout_s=180)
+    assert not armed.exists() and filler.exists()  # a trial did fill it
 
     held = stopped_cleanly(spec, code, out, 1, "--resume")  # a receipt that could not be written, or no room
     filler.unlink()
