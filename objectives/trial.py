@@ -170,6 +170,15 @@ def branch_key(index: int, name: str) -> str:
     return f"{BRANCH_PREFIX}{index}.{name}"
 
 
+def recorded_branches(result: Mapping[str, Any] | None) -> list[tuple[float, Any]]:
+    """(budget_flops, val_loss) of each warmdown branch a trial's result records, in order (val_loss None where
+    the result lacks it)."""
+    out: list[tuple[float, Any]] = []
+    while (budget := (result or {}).get(branch_key(len(out), "budget_flops"))) is not None:
+        out.append((float(budget), result.get(branch_key(len(out), "val_loss"))))
+    return out
+
+
 def is_branch_key(key: str) -> bool:
     head, dot, name = key.partition(".")
     return bool(dot) and head.startswith(BRANCH_PREFIX) and head[len(BRANCH_PREFIX):].isdigit() and name in BRANCH_KEYS

@@ -27,7 +27,6 @@ import dataclasses
 import errno
 import functools
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -58,6 +57,7 @@ from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
 from loopscale.model import heads_to_s
 from loopscale.objectives import METRIC_KEYS, TrialConfig
+from loopscale.objectives.trial import recorded_branches
 
 from . import space
 from .law_sampler import CellGeometry, LawSampler, LawSurrogate
@@ -403,12 +403,7 @@ class CellSearcher(Searcher):
         """(cell, heads, loss) of every branch the trial announced (loss None if it did not record it) and of
         every other branch it recorded in a cell of this stage (the recipe's fixed ``branch_budgets``)."""
         expected = self._branches.pop(trial_id, [])
-        recorded = {}
-        for i in itertools.count():
-            budget = (result or {}).get(f"branch{i}.budget_flops")
-            if budget is None:
-                break
-            recorded[space.cell_key(float(budget), study.r)] = result.get(f"branch{i}.val_loss")
+        recorded = {space.cell_key(budget, study.r): loss for budget, loss in recorded_branches(result)}
         points = {(k, h): recorded.get(k) for k, h in expected}
         for k, loss in recorded.items():
             if k in study.surrogate.cells:

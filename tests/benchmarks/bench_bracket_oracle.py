@@ -48,7 +48,7 @@ from bench_search_quality import (add_set_option, grid_flops, paper_replay, rmse
 from loopscale.analysis import fit_joint_law  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
-from loopscale.objectives.trial import branch_key  # noqa: E402
+from loopscale.objectives.trial import recorded_branches  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.space import Cell  # noqa: E402
 
@@ -86,10 +86,8 @@ def oracle_runs(spec: SweepSpec, setting: Setting) -> list[dict]:
         results.append({**result, "stage": "search"})
         points[cell.key][s] = result["val_loss"]
         at = {o.budget: o for o in reached}
-        i = 0
-        while branch_key(i, "budget_flops") in result:
-            points[at[result[branch_key(i, "budget_flops")]].key][s] = result[branch_key(i, "val_loss")]
-            i += 1
+        for budget, loss in recorded_branches(result):
+            points[at[budget].key][s] = loss
 
     for r in sorted({c.r for c in cells}):
         down = sorted((c for c in cells if c.r == r), key=lambda c: -c.budget)
@@ -107,9 +105,11 @@ def oracle_runs(spec: SweepSpec, setting: Setting) -> list[dict]:
                 best = min(mine, key=mine.get)
                 open_sides = [side for side in (-1, 1) if not any(side * (s - best) > 0 for s in mine)
                               and best != (widths[0] if side < 0 else widths[-1])]
-                s = open_sides and nearest(widths, best * math.exp(open_sides[0] * setting.spacing),
-                                           open_sides[0], best, mine)
-                if not s:
+                if not open_sides:
+                    break
+                side = open_sides[0]
+                s = nearest(widths, best * math.exp(side * setting.spacing), side, best, mine)
+                if s is None:
                     break
                 run_trial(cell, s, below)
     return results
