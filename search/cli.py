@@ -14,9 +14,11 @@ or Ray are imported (seconds), and the subcommands import what they need when th
 from __future__ import annotations
 
 import argparse
-import gc
+import atexit
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from .stopping import SweepInterrupted, raise_if_interrupted, restore_signals, take_signals
@@ -207,16 +209,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``loopscale`` console script and ``python -m loopscale.search.cli``: ``main``, then exit with its code.
+    """The ``loopscale`` console script and ``python -m loopscale.search.cli``: ``main``, then ``exit_process``
+    with its code."""
+    exit_process(main())
 
-    Before exiting it moves every live object to the collector's permanent generation (``gc.freeze``). Python's
-    finalisation otherwise runs full collections over everything torch, Ray, MLflow and pandas allocated: 2.6 s
-    of a small sweep's ~27 s command here (py-spy showed the main thread in ``gc_collect_main`` for all of it).
-    atexit handlers, the flush of stdout and stderr and every refcounted finaliser still run; memory goes back
-    to the OS with the process. ``main`` itself does not freeze, since tests call it in-process many times."""
-    code = main()
-    gc.freeze()
-    sys.exit(code)
+
+def exit_process(code: int) -> None:
+    """End the process with ``code`` after Python's own shutdown steps that matter, without the interpreter's
+    teardown and C-level ``exit``: non-daemon threads are joined (and executors' workers, through
+    ``threading._shutdown``, as at a normal exit), atexit handlers run (Ray's and MLflow's shutdown,
+    ``logging.shutdown``, ``weakref.finalize``), stdout and stderr are flushed; then ``os._exit``.
+
+    Why not ``sys.exit``: after the interpreter's teardown, C ``exit`` runs the exit handlers of the native
+    libraries loaded. Ray's (``CoreWorkerProcess::HandleAtExit``) destroys the driver's core worker while Ray's
+    own threads still use it: a SIGTERM late in ``ray.init``, after the one line was printed, died there of
+    SIGSEGV (issue 14; about one CI run in three, 5 of 80 SIGTERMs 2.5-8 s into a command beside a Ray-heavy
+    test run; in all three cores read, another thread was in ``TaskManager::RecordMetrics``; no Python stack,
+    the fault handler is off by then). Ray ends its own worker processes with ``os._exit`` for the same reason.
+    The teardown is also slow: full collections over everything torch, Ray, MLflow and pandas allocated took
+    2.6 s of a small sweep's ~27 s command here (py-spy). Only the console path exits this way; ``main`` is
+    called in-process by tests and returns."""
+    threading._shutdown()  # what the interpreter's finalisation calls first; private, but the only complete way
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can reach it
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

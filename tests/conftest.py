@@ -1,5 +1,5 @@
-"""Shared by every test: the suite never logs to a store named by the caller's environment, test aids are off
-unless a test asks for them (the ``testing_aids`` fixture), and an xfailed test's failure is printed."""
+"""Shared by every test: the suite never logs to a store named by the caller's environment, and test aids are off
+unless a test asks for them (the ``testing_aids`` fixture)."""
 
 import pytest
 
@@ -20,11 +20,3 @@ def testing_aids(monkeypatch):
     """Specs may carry a [testing] table (objectives/testing.py), here and in the drivers a test starts."""
     monkeypatch.setenv(TESTING_ENV, "1")
 
-
-def pytest_terminal_summary(terminalreporter):
-    """Print the failure of every xfailed test: a known gap is marked xfail so the suite stays green, but pytest
-    shows only its reason, and a rare failure (issue 14's SIGSEGV at exit) is then lost with the evidence that
-    would explain it."""
-    for report in terminalreporter.stats.get("xfailed", []):
-        terminalreporter.write_sep("-", f"xfailed: {report.nodeid}")
-        terminalreporter.write_line(str(report.longrepr))

@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -142,9 +143,9 @@ def caught_signals(pid: int) -> int:
 def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
     """``loopscale search spec.toml`` through the console script, once loopscale's code holds SIGTERM (before
     that the interpreter itself starts: ~30-50 ms of site imports that run no loopscale code); the seconds
-    that took. With Python's fault handler on, so that a crash (the SIGSEGV at exit of issue 14) leaves the
-    Python stack of every thread and the interpreter's state ("finalizing") on stderr, which the failed
-    assertion shows."""
+    that took. With Python's fault handler on, so that a crash leaves the Python stack of every thread and
+    the interpreter's state ("finalizing") on stderr, which the failed assertion shows (a crash in C's exit
+    handlers, issue 14's SIGSEGV, came after the handler was off and left nothing: ``exit_process``)."""
     command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
     started = time.monotonic()
     env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"}
@@ -208,17 +209,42 @@ def test_a_signal_whose_exception_python_swallows_is_still_noted():
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_the_console_exit_skips_native_exit_handlers_and_keeps_what_a_python_exit_does():
+    """``exit_process`` (the console script's exit) ends without C's ``exit``, whose handlers crashed in Ray's
+    (issue 14): a C exit handler registered here does not run. What a normal exit does in Python still
+    happens: a non-daemon thread finishes, atexit handlers run after it, block-buffered output reaches the
+    pipe, and the exit code is kept."""
+    script = textwrap.dedent("""
+        import atexit, ctypes, sys, threading, time
+        from loopscale.search.cli import exit_process
+
+        libc = ctypes.CDLL(None)
+        # how C and C++ register exit handlers (Ray's among them); C's exit would abort here: SIGABRT, not 7
+        libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+
+        def late():
+            time.sleep(0.3)
+            print("thread finished", end="; ")
+
+        atexit.register(print, "atexit handler ran")
+        threading.Thread(target=late).start()
+        print("buffered", end="; ")
+        sys.stderr.write("unflushed")
+        exit_process(7)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (7, "buffered; thread finished; atexit handler ran\n",
+                                                           "unflushed")
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known gap (issue 14): a SIGTERM while Ray starts printed the one line, then "
-                   "the process died of SIGSEGV (-11) while exiting, in 1 of 2 CI runs on 2026-12-01; this test "
-                   "failed again (cause unseen: xfail) in 1 of 2 two-worker suites on 2026-12-02, in none of 50 "
-                   "runs of it alone that day (2 side by side, or beside a matmul load; 3 signals 3-6 s into the "
-                   "command each)")
 def test_signals_while_ray_starts_and_once_the_sweep_runs_leave_it_resumable(tmp_path, ray_dir):
     """Ray's start (5-12 s here) replaces the SIGTERM handler with sys.exit(15), then a C++ one that aborts
     (exit -6 and a stack dump); a signal there is still one line and 130/143. Then a signal once the banner is
-    out, and --resume completes the sweep with each trial once."""
+    out, and --resume completes the sweep with each trial once. Until the console script exited without C's
+    exit handlers (``search.cli.exit_process``), the process then died of SIGSEGV in Ray's in about one CI run
+    in three."""
     spec = small_sweep(tmp_path / "sweep")
     for signum, after_s in ((signal.SIGTERM, 3.0), (signal.SIGINT, 4.5), (signal.SIGTERM, 6.0)):
         process, _ = launched(tmp_path / "sweep", ray_dir)
