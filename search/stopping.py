@@ -88,7 +88,13 @@ def signals_noted() -> Iterator[list[int]]:
     an exception raised inside, e.g., a ``__del__`` or ``logging``'s ``_releaseLock``: seen as 2 of 40 SIGTERMs
     during ``ray.init`` lost, the sweep then running to its end). Python's own C-level handler writes each
     signal's number to the wakeup fd (``signal.set_wakeup_fd``), a pipe here. Main thread only (elsewhere
-    nothing is noted)."""
+    nothing is noted).
+
+    Python also reports such a swallowed exception on stderr ("Exception ignored in: <function _releaseLock>",
+    a traceback ending in Ray's ``sys.exit(15)``: 2 of 80 SIGTERMs 2.5-8 s into a command on a busy machine,
+    tests/benchmarks/bench_start_signals.py). Inside the block a signal's exception (``SystemExit``,
+    ``KeyboardInterrupt``, ``SweepInterrupted``) goes unreported, since the caller acts on the noted signal
+    and says it in one line; any other goes to the hook there was."""
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
@@ -97,9 +103,17 @@ def signals_noted() -> Iterator[list[int]]:
     for fd in (reader, writer):
         os.set_blocking(fd, False)
     previous = signal.set_wakeup_fd(writer)
+    reporting = sys.unraisablehook
+
+    def report_unless_a_signal(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, (SystemExit, KeyboardInterrupt, SweepInterrupted)):
+            reporting(unraisable)
+
+    sys.unraisablehook = report_unless_a_signal
     try:
         yield noted
     finally:
+        sys.unraisablehook = reporting
         signal.set_wakeup_fd(previous)
         try:
             noted.extend(os.read(reader, 4096))
