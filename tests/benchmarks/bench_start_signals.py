@@ -59,18 +59,26 @@ def clean(code: int, err: str) -> bool:
         and lines[-1].startswith("loopscale: interrupted by SIGTERM")
 
 
+def window(text: str) -> tuple[float, float]:
+    """``--window LOW-HIGH``: seconds, 0 <= LOW < HIGH."""
+    try:
+        low, high = (float(v) for v in text.split("-"))
+        valid = 0 <= low < high
+    except ValueError:
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH seconds with 0 <= LOW < HIGH, got {text!r}")
+    return low, high
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--signals", type=int, default=80, help="commands to signal (default 80)")
     parser.add_argument("--seed", type=int, default=5, help="seed of the signal times (default 5)")
-    parser.add_argument("--window", default="2.5-8", help="seconds after launch to draw from (default 2.5-8)")
+    parser.add_argument("--window", type=window, default="2.5-8",
+                        help="seconds after launch to draw from (default 2.5-8)")
     args = parser.parse_args()
-    try:
-        low, high = (float(v) for v in args.window.split("-"))
-    except ValueError:
-        low = high = -1.0
-    if not 0 <= low < high:
-        parser.error(f"--window: expected LOW-HIGH seconds with 0 <= LOW < HIGH, got {args.window!r}")
+    low, high = args.window
 
     os.environ[TESTING_ENV] = "1"  # the sweeps' trials sleep ([testing] delay_s)
     resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
