@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository root is the package ``loopscale``
+ROOT = Path(__file__).resolve().parents[1]  # the folders model/, search/, ... are the subpackages of ``loopscale``
 PACKAGES = ("model", "objectives", "analysis", "search")
 
 

@@ -1,6 +1,9 @@
 """loopscale: find compute-optimal looped language models and measure what one recurrence is worth.
 
-The public contract of DESIGN.md, importable from the top: ``from loopscale import LoopedConfig, fit_joint_law``.
+The public API, importable from the top: ``from loopscale import LoopedConfig, fit_joint_law``. This folder holds
+only the namespace: its subpackages are the repository's top-level folders (``model/``, ``objectives/``,
+``search/``, ``analysis/``; mapped in pyproject.toml), so the repository root is no package and pytest never
+imports it by the checkout's folder name.
 Names resolve on first use (PEP 562), so ``import loopscale`` and ``loopscale --help`` do not pay for torch;
 ``model``, ``analysis`` and ``search`` resolve theirs the same way (``model/lazy.py``).
 """
