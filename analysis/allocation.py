@@ -8,9 +8,9 @@ For a budget C and r, the template fixes every size as a function of width d (``
 over a continuous d (a grid in log d, then Brent's method); ``width_built`` is the better of the two buildable
 widths (multiples of head_dim) around it, trained for whole optimizer steps (``model.tokens_for_budget``).
 
-Columns next to the optimum answer the paper's questions (PAPER.md, worked example: r = 4 with 410M unique
-parameters performs like a 580M non-looped model, (4 + 4^0.46 * 4) / 20 ~ 0.58, at the training cost of a 1B
-one):
+Columns next to the optimum answer the paper's questions (Schwethelm et al. 2026; docs/paper.md, "What it
+finds": r = 4 with 410M unique parameters performs like a 580M non-looped model, (4 + 4^0.46 * 4) / 20 ~ 0.58,
+at the training cost of a 1B one):
   tokens_per_param         D / N (unique parameters)
   tokens_per_flop_param    D / (F / 6): tokens per parameter as the compute counts them (a looped block
                            counts r times), the ratio that stays comparable across r at equal cost

@@ -1,12 +1,12 @@
 """Delta-phi: how much more (or less) one recurrence is worth in sweep B than in sweep A.
 
-The paper proposes phi as a diagnostic for changes to the looped architecture or its training (PAPER.md,
-"Delta-phi as a diagnostic"): truncated backprop gives phi 0.38 against the baseline's 0.46 (a worse loop,
-even though it saves compute), hyperconnections 0.65 (a real gain). Both sweeps are fitted the same way; the interval of
-Delta-phi = phi_B - phi_A is the percentile interval of the differences of their independent block-bootstrap
-draws. As in the paper, a sweep without r = 1 runs borrows the other's (r = 1 has no loop to change), and
-by default both are restricted to the budgets they share, because phi drifts with the budget range
-(paper: 0.44 on the low half of the budgets, 0.49 on the high half).
+The paper proposes phi as a diagnostic for changes to the looped architecture or its training (Schwethelm
+et al. 2026; docs/paper.md, "What it finds"): truncated backprop gives phi 0.38 against the baseline's 0.46 (a
+worse loop, even though it saves compute), hyperconnections 0.65 (a real gain). Both sweeps are fitted the
+same way; the interval of Delta-phi = phi_B - phi_A is the percentile interval of the differences of their
+independent block-bootstrap draws. As in the paper, a sweep without r = 1 runs borrows the other's (r = 1 has
+no loop to change), and by default both are restricted to the budgets they share, because phi drifts with the
+budget range (paper: 0.44 on the low half of the budgets, 0.49 on the high half).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """FLOPs spent, and the figure they are measured against: the paper's fixed grid.
 
-Schwethelm et al. 2026 ran a hindsight grid of 116 runs (PAPER.md, "The grid": 4-6 widths per budget, the
+Schwethelm et al. 2026 ran a hindsight grid of 116 runs (docs/paper.md, "The grid": 4-6 widths per budget, the
 same for every r in {1, 2, 4, 8}). What it cost follows from ``model``'s accounting, exactly as a sweep
 counts its own trials: per run, training FLOPs per token times the tokens its budget buys in whole optimizer
 steps (``tokens_for_budget``), which is a hair under the budget C. A sweep that covers those cells with the same

@@ -7,7 +7,7 @@ log D, log N_once, log N_rec and log width against x through the same runs (they
 width at fixed C and r), so the table needs nothing beyond the runs table.
 
 A cell with fewer than ``min_points`` distinct sizes is flagged "too_few_points"; one whose parabola opens
-downward or whose vertex lies outside the sampled sizes is flagged "no_interior_minimum" (PAPER.md: the parabola
+downward or whose vertex lies outside the sampled sizes is flagged "no_interior_minimum" (as in the paper: the parabola
 is biased when the grid is off-centre; an extrapolated optimum is not reported as one). When such a cell's best
 run sits on an edge of the widths the sweep let it try (its ``cell_widths``), it is "bound_limited" instead,
 with that reason.

@@ -18,7 +18,7 @@ import numpy as np
 
 from loopscale.model import ISO_DEPTH, LoopedConfig, count_params, flops_per_token, iso_depth_template
 
-# The paper's iso-depth template (model/config.py) and batch size in tokens (PAPER.md).
+# The paper's iso-depth template (model/config.py) and batch size in tokens (docs/paper.md).
 PAPER_TEMPLATE: dict[str, Any] = dict(ISO_DEPTH)
 PAPER_BATCH_TOKENS = 262_144
 QUANTITIES = ("N_once", "N_rec", "N_embed", "F")

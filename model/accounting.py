@@ -4,7 +4,7 @@ Everything else in loopscale (search, objectives, analysis) asks this module; no
 Closed form, so counting a candidate width allocates nothing; ``tests/test_accounting.py`` checks every
 group against the real ``LoopedLM`` module and the FLOPs against ``torch.utils.flop_counter``.
 
-Counting follows Schwethelm et al. 2026 (PAPER.md, "Counting"):
+Counting follows Schwethelm et al. 2026 (docs/paper.md, "What is counted"):
 
 * a block has ``12 d^2`` matrix parameters (q, k, v, o: 4 d^2; MLP d -> 4d -> d: 8 d^2) plus two RMSNorm
   scale vectors (2 d); QK-norm has no parameters; no biases.
@@ -119,7 +119,7 @@ def attention_flops_per_layer(config: LoopedConfig, backward: bool = True) -> in
 
 
 def flops_per_token(config: LoopedConfig) -> int:
-    """Training FLOPs per token (forward + backward), PAPER.md's formula with truncated backprop."""
+    """Training FLOPs per token (forward + backward), the paper's formula with truncated backprop."""
     p = count_params(config)
     head = p.lm_head + config.width  # LM head matrix + the final norm before it
     per_recurrence = p.recur + inject_matmul_params(config)

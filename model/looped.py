@@ -10,7 +10,7 @@ Injection of the prelude output e into every recurrence (state h):
   none      u_t = h_t, h_0 = e
 The shared block maps u_t to the next state, h_{t+1} = norm(block(u_t)).
 
-  hyperconnect (K lanes; PAPER.md, "Hyperconnections"): lanes L_k = e for k = 1..K; recurrence i runs the
+  hyperconnect (K lanes; docs/paper.md, "Hyperconnections"): lanes L_k = e for k = 1..K; recurrence i runs the
             block on u_i = sum_k alpha_i[k] L_k, s_i = norm(block(u_i)), then L <- M_i L + beta_i s_i (each
             lane k gets M_i[k, :] L + beta_i[k] s_i); the coda reads sum_k L_k. alpha_i (K), M_i (K x K),
             beta_i (K) are separate per recurrence, initialised alpha_i = e_(i mod K), M_i = I, beta_i = 1.

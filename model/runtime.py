@@ -1,9 +1,9 @@
 """Device-dependent speed options: bf16 autocast and ``torch.compile``.
 
 Both are requested by the caller and applied only where they pay off: bf16 on CUDA; ``torch.compile`` on
-CUDA, and on CPU when the caller asks for it too (``cpu=True``): measured on 2 CPU cores at the demo's shapes,
-compiled steps ran 1.65x (d = 64) to 1.95x (d = 16) faster than eager, after 36-60 s of compilation per shape.
-That warm-up is paid once per shape per sweep: ``cache_dir`` points Inductor's on-disk caches (FX graph cache,
+CUDA, and on CPU when the caller asks for it too (``cpu=True``): on CPU compiled steps run faster than eager,
+after tens of seconds of compilation per shape (docs/log.md has the figures). That warm-up is paid once per
+shape per sweep: ``cache_dir`` points Inductor's on-disk caches (FX graph cache,
 AOTAutograd cache; TORCHINDUCTOR_CACHE_DIR) at a folder the sweep's trials share, so a later trial of the
 same shape, in any process, loads the compiled graphs instead of compiling them; each compile starts from a
 clean in-memory state (``torch._dynamo.reset``), so a process that runs many trials keeps compiling them.

@@ -3,7 +3,7 @@
 A trial of budget C on the ``wsd`` schedule (objectives/recipe.py) runs at a constant rate until its own
 warmdown. For a budget C_k < C it reaches D_k = ``tokens_for_budget`` (C_k) tokens, S_k steps, with the same
 model; at step f_k = ``warmdown_start`` (S_k) it can save its state, warm down linearly over S_k - f_k steps as
-a run of S_k steps would, evaluate, and go on from the saved state (the paper's script does this; PAPER.md).
+a run of S_k steps would, evaluate, and go on from the saved state (the paper's script does this; docs/paper.md).
 The branch is then a point (N, D_k) of cell (C_k, r), exact from the accounting, and its warmdown costs the
 trial F * (S_k - f_k) * batch FLOPs (``cost_flops``), which the trial's ``flops_spent`` includes.
 

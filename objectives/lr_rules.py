@@ -1,6 +1,6 @@
 """Learning-rate transfer: the peak rate of every parameter group of ONE trial, from the recipe's base rates.
 
-The three rules of Schwethelm et al. 2026 (PAPER.md, "Training recipe"; exponents from HyperP,
+The three rules of Schwethelm et al. 2026 (docs/paper.md, "The training recipe"; exponents from HyperP,
 arXiv:2603.28743), each a factor on a base rate quoted at a reference point::
 
     batch   every lr          x (B / B_ref) ^ 0.558     B = batch_tokens; B_ref = recipe.ref_batch (262,144)
@@ -20,15 +20,14 @@ own r. N_ref is the reference model's "scaling parameters" in the paper's sense:
 counted once per application, N_once + r_ref N_rec (so both paper references count ~20 blocks: D_ref = 983M
 tokens for r = 1, 1.01B for looped runs at d = 640). With D = C / F, wider models under a fixed budget train on
 fewer tokens and so get a higher matrix rate: 0.0072-0.0202 across the paper's grid at the base 0.014, the
-span PAPER.md states (tests/test_train.py checks it). Counting the looped reference at the trial's own r
+span the paper states (tests/test_train.py checks it). Counting the looped reference at the trial's own r
 instead (N_once + r N_rec of the 2 + 4 + 2 model) would give 0.0062-0.0244.
 
 Why d_ref stays the paper's 640 for every template (the default of recipe.ref_width): the base AdamW rates
 (embedding 0.3, head 0.004, norms 0.005) were tuned at d = 640, and on the CPU shapes the rule extrapolated
-from 640 trains better than one re-anchored at the template's own s = 10 width. Measured here (KJV bytes,
-d = 32, r = 2, 46 steps of 4,096 tokens, rates quoted at that batch): d_ref = 640 (embedding 1.34) reached
-val 2.43 nats with Muon at 0.04 and 2.43 with MuonH; d_ref = 160, the template's s = 10 width (embedding
-0.67), reached 2.71 and 2.64. A recipe can pin ``ref_width`` (and ``ref_batch``) to any number.
+from 640 trains better than one re-anchored at the template's own s = 10 width (lower validation loss with
+both Muon and MuonH on the CPU shapes; docs/log.md). A recipe can pin ``ref_width`` (and ``ref_batch``) to any
+number.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """MuonH ("Muon-Hyperball", HyperP, arXiv:2603.28743): the matrix optimizer of Schwethelm et al. 2026.
 
 Every matrix W lives on the sphere of its initial Frobenius norm c_W = ||W_0||_F (read when the optimizer is
-built, before any step). One step on W with gradient G, momentum mu = 0.95 (PAPER.md, "Training recipe")::
+built, before any step). One step on W with gradient G, momentum mu = 0.95 (docs/paper.md, "The training recipe")::
 
     m <- lerp(m, G, 1 - mu)                  Nesterov momentum, lerp form
     g <- lerp(G, m, mu)

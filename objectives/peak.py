@@ -2,8 +2,8 @@
 
 CUDA: the vendor's dense bf16 tensor-core peak for known parts (H100 / H200 SXM 989 TFLOP/s, A100 312
 TFLOP/s), else a measured bf16 matmul. CPU: a measured fp32 matmul at the thread count in force; that is the
-ceiling a CPU training step can approach (``CPU_SCALE.md``), so CPU MFU reads "share of what this machine's
-matmul reaches". Measured once per (device, thread count) per process, in about 0.3 s.
+ceiling a CPU training step can approach (a CPU step is bound by its matmuls), so CPU MFU reads "share of what
+this machine's matmul reaches". Measured once per (device, thread count) per process, in about 0.3 s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The training recipe: optimizers with per-group learning rates, the schedule, and learning-rate transfer.
 
-Defaults follow Schwethelm et al. 2026 (PAPER.md, "Training recipe") where the paper states them, with the
+Defaults follow Schwethelm et al. 2026 (docs/paper.md, "The training recipe") where the paper states them, with the
 matrix learning rate re-measured for the CPU-sized models (note below)::
 
     optimizer      "muon"      "muonh": MuonH (objectives/muonh.py; the paper's) for block and injection
@@ -38,15 +38,14 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
 
 Learning-rate transfer (batch, data and width rules, with their sources): objectives/lr_rules.py. The data
 rule is MuonH's (HyperP derived it for MuonH, and the paper's script applies it to MuonH only): torch's Muon
-matrix rate follows the batch rule alone, as its 0.04 default was measured without it (with it that default
-becomes 0.195 at d = 32 after 46 steps, and val loss rises from 2.43 to 2.50 nats). With
+matrix rate follows the batch rule alone, as its 0.04 default was chosen without it (with it that default
+grows several-fold at the CPU shapes and trains worse; docs/log.md). With
 ``optimizer = "adamw"`` the matrix rate is an AdamW rate and follows the AdamW groups' rules (batch, width).
 A search calibrates ``base_lr`` once, at one cell, and every trial gets its rates by rule.
 
 Note on the matrix rate: the paper's 0.014 (MuonH) was tuned at d = 640 with 262k-token batches. Torch's
-Muon default 0.04 was measured on the CPU demo shapes before the transfer rules existed (KJV bytes, d = 64,
-100 steps of 4k tokens: Muon 0.01 / 0.02 / 0.04 / 0.08 reach val 2.02 / 1.95 / 1.88 / 1.83 nats, AdamW
-matrices at 0.004 reach 2.03); a search that calibrates ``base_lr`` overrides it.
+Muon default 0.04 was chosen on the CPU demo shapes before the transfer rules existed (docs/log.md); a search
+that calibrates ``base_lr`` overrides it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The trial's fields (``objectives.trial.TrialConfig``) a training trial reads, be
 The config is checked where the search builds it (a budget that buys no step, a batch that is not whole rows
 are refused there, in one line); training takes it as it is.
 
-Warmdown branches (the paper's script has them; PAPER.md; objectives/branches.py): with ``recipe.schedule =
+Warmdown branches (the paper's training script has them; objectives/branches.py): with ``recipe.schedule =
 "wsd"``, a trial of budget C also records the loss at D_k = ``tokens_for_budget`` (C_k) for every C_k < C of
 ``branches.branch_budgets`` (the recipe's list and the trial's own). At step f_k = ``warmdown_start`` (D_k's steps), still in the trial's constant phase, it saves the
 model and optimizer states, trains steps f_k .. S_k - 1 on the same batches with the rates a wsd run of S_k

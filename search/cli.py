@@ -222,13 +222,12 @@ def exit_process(code: int) -> None:
 
     Why not ``sys.exit``: after the interpreter's teardown, C ``exit`` runs the exit handlers of the native
     libraries loaded. Ray's (``CoreWorkerProcess::HandleAtExit``) destroys the driver's core worker while Ray's
-    own threads still use it: a SIGTERM late in ``ray.init``, after the one line was printed, died there of
-    SIGSEGV (issue 14; about one CI run in three, 5 of 80 SIGTERMs 2.5-8 s into a command beside a Ray-heavy
-    test run; in all three cores read, another thread was in ``TaskManager::RecordMetrics``; no Python stack,
-    the fault handler is off by then). Ray ends its own worker processes with ``os._exit`` for the same reason.
-    The teardown is also slow: full collections over everything torch, Ray, MLflow and pandas allocated took
-    2.6 s of a small sweep's ~27 s command here (py-spy). Only the console path exits this way; ``main`` is
-    called in-process by tests and returns."""
+    own threads still use it: a SIGTERM late in ``ray.init``, after the one line was printed, can die there of
+    SIGSEGV while another of Ray's threads records metrics (``TaskManager::RecordMetrics``), with no Python
+    stack (the fault handler is off by then). Ray ends its own worker processes with ``os._exit`` for the same
+    reason. The teardown is also slow: full collections over everything torch, Ray, MLflow and pandas allocated
+    (docs/log.md has both measurements). Only the console path exits this way; ``main`` is called in-process by
+    tests and returns."""
     threading._shutdown()  # what the interpreter's finalisation calls first; private, but the only complete way
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -126,8 +126,8 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
 def spawn_holding_signals(command: list[str], **popen_args) -> tuple[subprocess.Popen, bool]:
     """(process, whether SIGINT or SIGTERM came meanwhile): ``subprocess.Popen`` with both signals held until it
     returns. Popen waits for the child's exec; a Ctrl-C landing then raises out of it with the child started and
-    no Popen object to stop it by, and a server in its own session outlives the command (under load, 9 of 16
-    Ctrl-Cs sent the moment the server process appeared left it running). Held here, the signal is acted on once
+    no Popen object to stop it by, and a server in its own session outlives the command (under load, most
+    Ctrl-Cs sent the moment the server process appeared did; docs/log.md). Held here, the signal is acted on once
     the caller holds the process. Off the main thread, where handlers cannot be set, it is a plain Popen."""
     if threading.current_thread() is not threading.main_thread():
         return subprocess.Popen(command, **popen_args), False

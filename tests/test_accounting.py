@@ -39,7 +39,7 @@ def test_count_params_equals_module(config):
 
 
 def test_paper_unique_parameter_counts():
-    """PAPER.md: at s=10 (d=640) N = 98.3M, 59.8M, 40.2M, 30.3M; unique ratios ~61/41/31%."""
+    """The paper (docs/paper.md): at s=10 (d=640) N = 98.3M, 59.8M, 40.2M, 30.3M; unique ratios ~61/41/31%."""
     n = {r: count_params(LoopedConfig.iso_depth(10, r)).N for r in (1, 2, 4, 8)}
     assert LoopedConfig.iso_depth(10, 4).width == 640
     assert [round(n[r] / 1e6, 1) for r in (1, 2, 4, 8)] == [98.3, 59.8, 40.2, 30.3]

@@ -72,7 +72,7 @@ def test_looped_models_are_wider_train_on_fewer_tokens_and_trail_r1():
         assert rows["tokens_per_flop_param"].is_monotonic_decreasing
         assert rows["loss_gap_to_r1"].iloc[0] == 0 and rows["loss_gap_to_r1"].is_monotonic_increasing
         assert (rows["N_eff"] >= rows["N"]).all()
-    # PAPER.md: gaps at matched compute over the paper's budgets, r=2 0.03-0.06, r=4 0.05-0.08, r=8 0.09-0.12
+    # the paper (docs/paper.md): gaps at matched compute over its budgets, r=2 0.03-0.06, r=4 0.05-0.08, r=8 0.09-0.12
     gap = table[table["budget_flops"] == 1e18].set_index("r")["loss_gap_to_r1"]
     assert 0.03 <= gap[2] <= 0.06 and 0.05 <= gap[4] <= 0.09 and 0.08 <= gap[8] <= 0.12
 

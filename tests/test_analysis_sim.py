@@ -13,7 +13,7 @@ import pandas as pd
 from loopscale.model import PAPER_LAW, JointLaw
 from loopscale.objectives import TrialConfig, simulate
 
-# PAPER.md, "The grid": budget -> widths s, for each r in {1, 2, 4, 8}.
+# docs/paper.md, "The grid": budget -> widths s, for each r in {1, 2, 4, 8}.
 PAPER_GRID = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),
               4.64e18: (10, 12, 14, 16, 18, 20), 1e19: (12, 16, 18, 20, 24), 2.15e19: (18, 24, 28, 34)}
 RECURRENCES = (1, 2, 4, 8)
@@ -32,7 +32,7 @@ def trial_configs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0,
 
 
 def paper_runs(law: JointLaw = PAPER_LAW, noise: float = 0.0, seed: int = 0, **grid: Any) -> pd.DataFrame:
-    """The runs table (DESIGN.md columns) of a simulated sweep, as ``analysis.load_runs`` would return it."""
+    """The runs table of a simulated sweep, as ``analysis.load_runs`` would return it (its columns)."""
     rows = []
     for i, config in enumerate(trial_configs(law, noise, seed, **grid)):
         metrics = simulate(config)

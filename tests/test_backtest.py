@@ -24,7 +24,7 @@ def test_noise_free_replay_is_predicted_exactly():
     result = run_backtest(paper_runs())
     assert result.held_out == 2.15e19 and result.n_held_out == 16 and result.fit.n_runs == 100
     assert result.runs_rmse < 1e-5
-    # the parabola's vertex through 4 widths is itself only an estimate of the optimum (PAPER.md)
+    # the parabola's vertex through 4 widths is itself only an estimate of the optimum (as the paper notes)
     compared = result.cells.dropna(subset=["loss_error"])
     assert len(compared) >= 2 and (compared["loss_error"].abs() < 2e-3).all()
     assert ((compared["width_ratio"] > 0.8) & (compared["width_ratio"] < 1.25)).all()

@@ -1,4 +1,4 @@
-"""injection = "hyperconnect": the lane equations of PAPER.md, what the model is at init, and its refusals."""
+"""injection = "hyperconnect": the paper's lane equations, what the model is at init, and its refusals."""
 
 from __future__ import annotations
 

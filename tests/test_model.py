@@ -48,8 +48,8 @@ def test_width_must_be_multiple_of_head_dim():
         LoopedConfig(width=100, head_dim=16)
 
 
-# ---- an independent reference forward, written from PAPER.md's formulas on the raw weights -----------------
-EPS, THETA, CAP = 1e-6, 10_000.0, 15.0  # PAPER.md: RMSNorm eps, RoPE theta, logit soft-cap
+# ---- an independent reference forward, written from the paper's formulas on the raw weights -----------------
+EPS, THETA, CAP = 1e-6, 10_000.0, 15.0  # the paper (docs/paper.md): RMSNorm eps, RoPE theta, logit soft-cap
 
 
 def ref_rms(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -163,7 +163,7 @@ def test_linear_injection_initialised_identity_on_e():
 
 @pytest.mark.parametrize("injection", ["linear", "additive", "none"])
 def test_the_loop_computes_the_papers_forward(injection):
-    """The model's logits are those of the reference written from PAPER.md, for every injection."""
+    """The model's logits are those of the reference written from the paper (docs/paper.md), for every injection."""
     m = large_logits(build(r=4, injection=injection))
     with torch.no_grad():  # make the injection's h-half non-zero so the state really matters
         if m.inject is not None:

@@ -1,4 +1,4 @@
-"""MuonH (objectives/muonh.py) against PAPER.md's step written out here, and its two invariants."""
+"""MuonH (objectives/muonh.py) against the paper's step written out here, and its two invariants."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_polar_express_on_random_gradients():
 
 
 def reference_step(w, g, m, w0_norm, lr, mu=0.95):
-    """PAPER.md's MuonH step on one matrix, spelled out with explicit loops over the 5 (a, b, c)."""
+    """The paper's MuonH step on one matrix, spelled out with explicit loops over the 5 (a, b, c)."""
     m = m + (1 - mu) * (g - m)                  # m <- lerp(m, G, 1 - mu)
     x = g + mu * (m - g)                        # g <- lerp(G, m, mu)
     x = x / (1.02 * math.sqrt(float((x * x).sum())))

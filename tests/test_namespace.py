@@ -20,7 +20,7 @@ def test_a_stray_model_py_in_the_working_directory_does_not_shadow_loopscale(tmp
     out = python("from loopscale.analysis.runs import load_runs",
                  "from loopscale import LoopedConfig, count_params, fit_joint_law",
                  "print(count_params(LoopedConfig.iso_depth(10, 4)).N)", cwd=tmp_path)
-    assert out == "40152960"  # PAPER.md: N = 40.2M at s = 10, r = 4
+    assert out == "40152960"  # the paper (docs/paper.md): N = 40.2M at s = 10, r = 4
 
 
 def test_import_loopscale_is_light_until_a_name_is_used():

@@ -36,7 +36,7 @@ def test_plan_prints_each_trials_rates(tmp_path, capsys):
     assert header.split()[-4:] == ["lr", "lr_emb", "lr_head", "lr_norm"]
     for line, lrs in zip([ln for ln in text.splitlines() if ln.startswith("  ") and "width" not in ln], expected):
         assert line.split()[-4:] == [f"{lrs[g]:.3g}" for g in ("matrices", "embedding", "lm_head", "norms")]
-    # the data rule across the paper's budgets (PAPER.md: 0.0072-0.0202 on its grid); the preset's two cheaper
+    # the data rule across the paper's budgets (docs/paper.md: 0.0072-0.0202 on its grid); the preset's two cheaper
     # budgets train on fewer tokens, so they get higher rates still
     paper = [objectives.trial_lrs(spec.trial_config(cell, s))["matrices"] for cell in spec.cells()
              if cell.budget in PAPER_GRID for s in cell.widths]

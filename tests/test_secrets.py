@@ -185,7 +185,7 @@ def test_the_local_ray_a_sweep_starts_refuses_clients_without_its_token(tmp_path
         ray.shutdown()
 
 
-# ---- issue 14: one redaction for every path --------------------------------------------------------------
+# ---- one redaction for every path -----------------------------------------------------------------------
 LEAKY_URIS = [  # forms the old regex missed: no user, '@' (and '/', ':') inside the password
     f"http://:{PASSWORD}@127.0.0.1:{{port}}",
     f"http://u:p@{PASSWORD}@127.0.0.1:{{port}}",

@@ -116,7 +116,7 @@ def test_schedules():
 
 
 def test_transfer_rules():
-    """PAPER.md's three rules, each checked on its own: batch on every group, data on the matrices, width on
+    """the paper's three rules, each checked on its own: batch on every group, data on the matrices, width on
     the AdamW groups; at the reference point every group runs at its base rate."""
     ref = LoopedConfig.iso_depth(10, 1, **TEMPLATE)  # the template's s = 10 model: width 160
     d_ref = lr_rules.reference_tokens(TEMPLATE, 1)
@@ -198,7 +198,7 @@ def test_flops_per_token_is_the_model_s_own(small):
 
 
 def test_paper_grid_matrix_rates_span_papers_range():
-    """PAPER.md: under iso-FLOPs the data rule gives MuonH matrix rates of 0.0072-0.020 across the grid."""
+    """The paper: under iso-FLOPs the data rule gives MuonH matrix rates of 0.0072-0.020 across the grid."""
     grid = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),
             4.64e18: (10, 12, 14, 16, 18, 20), 1e19: (12, 16, 18, 20, 24), 2.15e19: (18, 24, 28, 34)}
     template = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, vocab_size=32064, seq_len=2048,

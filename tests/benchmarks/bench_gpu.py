@@ -9,7 +9,7 @@ The paper's template (depth 20 = 2 + 16 + 2, width 64 s rounded to 128-wide head
 trained 32,064-token BPE. Steady state: the trial reports its loss at steps 1, 2, 4, ...; tokens/s is taken
 between the report of step 2 and the last one, so the first steps (torch.compile's tracing, cuDNN and allocator
 warm-up) are left out. Each report reads the loss on the host, which synchronises the device, so the
-timestamps are honest. MFU = flops_per_token (model.accounting, PAPER.md's count) x tokens/s / the device's dense
+timestamps are honest. MFU = flops_per_token (model.accounting, the paper's count) x tokens/s / the device's dense
 bf16 peak (objectives/peak.py). "graphs" counts the graphs Dynamo compiled for the shape (training and
 evaluation): 0 would mean the shape ran eager while the trial said "compiled" (Dynamo's recompile limit, see
 model/runtime.maybe_compile), so its figures would not be compiled figures.

@@ -11,7 +11,7 @@ through the code a sweep runs: ``tune_runner.make_studies`` and ``CellSearcher``
 as Tune calls them), on ``--workers`` simulated slots where a trial takes time proportional to its budget, so
 the cost-aware order and the early stops act as in a sweep. Methods:
 
-* ``paper grid``: the paper's own widths per budget (PAPER.md; chosen with hindsight), on the paper's 24 cells;
+* ``paper grid``: the paper's own widths per budget (docs/paper.md; chosen with hindsight), on the paper's 24 cells;
 * ``random`` / ``tpe`` / ``gp``: the per-cell Optuna studies, as many trials per cell as the paper grid used at
   that budget (4-6; at a budget below the paper's, as at its smallest);
 * ``law``: the law sampler without warmdown branches (``branches = false``);
@@ -25,7 +25,7 @@ Each seed changes the noise draws (offsets and curves included) and the samplers
 method are then analysed like ``loopscale analyze`` does: the joint fit (``fit_joint_law``: its bootstrap over
 cells, with the trials of warmdown branch points) and the per-cell parabolas (``cell_optima``). Reported per
 method, over the cells it ran: phi's RMSE against the law's 0.459, how often the 95% interval covers it and its
-median width (the paper's own interval, 0.41-0.53, is 0.12 wide: PAPER.md); the share of cells with an interior
+median width (the paper's own interval, 0.41-0.53, is 0.12 wide: docs/paper.md); the share of cells with an interior
 optimum (column "paper": of the paper's cells alone); the share whose optimum (the parabola's width, else the
 best run's) is within one step of the paper's grid of the true optimum (noise-free loss with the cell's offset
 and curve; below the paper's budgets, its smallest budget's step); the mean regret at that width (millinats);

@@ -7,7 +7,7 @@ Each of ``--signals`` times, ``loopscale search`` of a small simulated sweep (te
 ``small_sweep``) is launched through the console script and sent SIGTERM a uniform random time in ``--window``
 seconds after loopscale's code took the signal: mostly while ``ray.init`` connects. Beside it, the whole time,
 a second process runs fresh small sweeps one after another (Ray starting and stopping, trial processes), the
-load under which a CI run met issue 14's crash.
+load under which a CI run met the SIGSEGV at exit (search/cli.py, exit_process).
 
 Printed: the exit codes (143 expected; -11 is the SIGSEGV in Ray's C exit handler that ``search.cli.exit_process``
 avoids) and the commands that did not stop cleanly (``clean``), whose folders are kept with their stderr and,
