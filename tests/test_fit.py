@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
-from loopscale.analysis.fit import FitData, block_loss_share, interval_method, objective
+from loopscale.analysis.bootstrap import block_loss_share, interval_method
+from loopscale.analysis.fit_objective import objective
+from loopscale.analysis.fit_problem import FitData
 from loopscale.analysis.options import THETA
 from loopscale.analysis.runs import expand_branches
 from loopscale.analysis.optimize import Stop, minimize_batch
