@@ -1,6 +1,7 @@
 """Runs table -> per-cell optima, Pareto frontier, joint-law fit, allocation tables, plots, exports.
 
-Reads only the runs table (DESIGN.md); never imports Ray. Sizes, FLOPs and tokens come from ``model``.
+Reads only the runs table, so it runs wherever the table is; never imports Ray. Sizes, FLOPs and tokens come
+from ``model``.
 Names resolve on first use (PEP 562, ``model/lazy.py``), as at the package's top level:
 ``loopscale --help`` registers the analysis commands without loading scipy or matplotlib.
 """

@@ -11,12 +11,9 @@ gradient tiny and L-BFGS stops early, the flaw Besiroglu et al. 2024 found in Ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-if TYPE_CHECKING:  # only the type: the arrays live with the problem (analysis.fit_problem)
-    from .fit_problem import FitData
+from .fit_problem import FitData
 
 
 def objective(theta: np.ndarray, data: FitData, weights: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
