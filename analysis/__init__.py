@@ -1,6 +1,7 @@
 """Runs table -> per-cell optima, Pareto frontier, joint-law fit, allocation tables, plots, exports.
 
-Reads only the runs table (DESIGN.md); never imports Ray. Sizes, FLOPs and tokens come from ``model``.
+Reads only the runs table, so it runs wherever the table is; never imports Ray. Sizes, FLOPs and tokens come
+from ``model``.
 Names resolve on first use (PEP 562, ``model/lazy.py``), as at the package's top level:
 ``loopscale --help`` registers the analysis commands without loading scipy or matplotlib.
 """
@@ -11,7 +12,8 @@ _EXPORTS = {
     "allocation_table": "allocation",
     "Comparison": "compare", "compare_runs": "compare",
     "DEFAULT_BOUNDS": "options", "DEFAULT_FIT_OPTIONS": "options", "Bounds": "options", "FitOptions": "options",
-    "FitStatus": "fit", "FitSuite": "fit", "LawFit": "fit", "fit_joint_law": "fit", "fit_suite": "fit",
+    "FitStatus": "fit_types", "LawFit": "fit_types", "fit_joint_law": "fit",
+    "FitSuite": "fit_suite", "fit_suite": "fit_suite",
     "pareto_frontier": "frontier", "power_laws": "frontier",
     "IsoflopResult": "isoflop", "cell_optima": "isoflop",
     "Analysis": "report", "analyze": "report",

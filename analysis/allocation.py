@@ -34,7 +34,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 from loopscale.model import JointLaw, tokens_for_budget
 
-from .fit import LawFit
+from .fit_types import LawFit
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve
 
 LOG_WIDTH_RANGE = (np.log(8.0), np.log(1e6))

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from .allocation import allocation_table
-from .fit import LawFit, fit_joint_law
+from .fit import fit_joint_law
+from .fit_types import LawFit
 from .options import FitOptions
 from .isoflop import IsoflopResult
 from .runs import usable_runs

@@ -177,9 +177,9 @@ def run_export(args: argparse.Namespace) -> int:
 
     from .allocation import allocation_table, buildable, readable
     from .compare import excluded_text
-    from .fit import fit_joint_law, with_identification
+    from .fit import fit_joint_law
     from .flops import PAPER_GRID, PAPER_RECURRENCES
-    from .identify import likely_fixes
+    from .identify import likely_fixes, with_identification
     from .isoflop import cell_optima
     from .report import template_mismatch
     from .runs import load_runs, template_of, usable_runs

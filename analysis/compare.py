@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .fit import FitStatus, LawFit, fit_joint_law
+from .fit import fit_joint_law
+from .fit_types import FitStatus, LawFit
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .runs import exclusions, usable_runs
 

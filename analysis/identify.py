@@ -16,13 +16,13 @@ those cells and the spec keys that would bracket them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
 import pandas as pd
 from scipy import stats
 
-if TYPE_CHECKING:  # fit.py asks this module; only its types are needed here
-    from .fit import LawFit
+from .fit_types import FitStatus, LawFit
+from .options import Bounds
 
 SIGNIFICANCE = 0.05
 FREE_CONSTANTS = 6
@@ -52,6 +52,16 @@ def phi_problems(joint: LawFit, phi0: LawFit, phi_bounds: tuple[float, float]) -
                             f"{joint.rmse:.4g} nats; F test p = {p:.2f} over {joint.n_runs} rows): the sweep "
                             "cannot tell what a recurrence is worth")
     return problems
+
+
+def with_identification(joint: LawFit, phi0: LawFit, bounds: Bounds) -> LawFit:
+    """``joint`` marked UNIDENTIFIED (if it had converged) with the reasons when the data do not determine its
+    phi; ``phi0`` is the same fit with phi fixed at 0."""
+    problems = tuple(phi_problems(joint, phi0, bounds.phi))
+    if not problems:
+        return joint
+    status = FitStatus.UNIDENTIFIED if joint.status is FitStatus.CONVERGED else joint.status
+    return dataclasses.replace(joint, status=status, warnings=problems)
 
 
 def likely_fixes(optima: pd.DataFrame) -> list[str]:

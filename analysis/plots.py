@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from .fit import LawFit
+from .fit_types import LawFit
 from .frontier import training_flops
 from .isoflop import IsoflopResult
 

@@ -23,7 +23,8 @@ import pandas as pd
 from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
-from .fit import FitSuite, fit_rows, fit_suite
+from .fit_problem import fit_rows
+from .fit_suite import FitSuite, fit_suite
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima

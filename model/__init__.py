@@ -5,13 +5,12 @@ The accounting, the configuration and the law are plain Python: the analysis use
 """
 
 from .accounting import ParamCounts, count_params, flops_per_token, tokens_for_budget
-from .config import (INJECTIONS, ISO_DEPTH, PRESETS, LoopedConfig, heads_to_s, iso_depth_template,
-                     s_to_heads)
+from .config import INJECTIONS, ISO_DEPTH, LoopedConfig, heads_to_s, iso_depth_template, s_to_heads
 from .law import PAPER_LAW, JointLaw
 from .lazy import on_first_use
 
 __all__ = [
-    "INJECTIONS", "ISO_DEPTH", "PRESETS", "PAPER_LAW", "JointLaw", "LoopedConfig", "LoopedLM", "ParamCounts",
+    "INJECTIONS", "ISO_DEPTH", "PAPER_LAW", "JointLaw", "LoopedConfig", "LoopedLM", "ParamCounts",
     "count_params", "flops_per_token", "heads_to_s", "iso_depth_template", "s_to_heads", "tokens_for_budget",
 ]
 

@@ -138,15 +138,6 @@ class LoopedConfig:
                    vocab_size=vocab_size, seq_len=seq_len, injection=injection if r > 1 else "none",
                    bptt_k=bptt_k if r > 1 else None, **extra)
 
-    @classmethod
-    def from_name(cls, name: str, **overrides: Any) -> "LoopedConfig":
-        """A named preset from ``PRESETS`` with optional field overrides."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
-        kind, args = PRESETS[name]
-        cfg = cls.iso_depth(**args) if kind == "iso_depth" else cls(**args)
-        return dataclasses.replace(cfg, **overrides) if overrides else cfg
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -154,15 +145,3 @@ class LoopedConfig:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
-
-
-# Named shapes are data: (constructor, arguments). The paper's s=10 models (d=640) and CPU-sized shapes that
-# the demo and the tests use (byte vocabulary, effective depth 8 = 2 + 4 + 2).
-PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
-    **{f"paper-s10-r{r}": ("iso_depth", {"s": 10, "r": r}) for r in (1, 2, 4, 8)},
-    **{f"paper-s20-r{r}": ("iso_depth", {"s": 20, "r": r}) for r in (1, 2, 4, 8)},
-    **{f"cpu-d64-r{r}": ("iso_depth", {"s": 4, "r": r, "depth": 8, "width_unit": 16, "head_dim": 16,
-                                        "seq_len": 128, "vocab_size": 256}) for r in (1, 2, 4)},
-    "tiny-r2": ("iso_depth", {"s": 2, "r": 2, "depth": 6, "width_unit": 16, "head_dim": 16, "seq_len": 32,
-                              "vocab_size": 64}),
-}

@@ -88,7 +88,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from loopscale.analysis.fit import FitData, refit
+from loopscale.analysis.fit import refit
+from loopscale.analysis.fit_problem import FitData
 from loopscale.analysis.options import DEFAULT_BOUNDS, THETA
 from loopscale.model import count_params, tokens_for_budget
 

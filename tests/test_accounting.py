@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from loopscale.model import PRESETS, LoopedConfig, LoopedLM, count_params, flops_per_token, tokens_for_budget
+from loopscale.model import LoopedConfig, LoopedLM, count_params, flops_per_token, tokens_for_budget
 from loopscale.model.accounting import attention_flops_per_layer
 
 
@@ -26,7 +26,11 @@ def module_groups(config: LoopedConfig) -> dict[str, int]:
                 scalars=numel(m.embed_norm) + numel(m.final_norm), total=numel(m))
 
 
-SHAPES = [LoopedConfig.from_name(name) for name in sorted(PRESETS)] + [
+# The paper's s = 10 and s = 20 models, and CPU-sized shapes (byte vocabulary, effective depth 8 and 6).
+CPU = dict(depth=8, width_unit=16, head_dim=16, seq_len=128, vocab_size=256)
+SHAPES = [LoopedConfig.iso_depth(s, r) for s in (10, 20) for r in (1, 2, 4, 8)] + [
+    LoopedConfig.iso_depth(4, r, **CPU) for r in (1, 2, 4)] + [
+    LoopedConfig.iso_depth(2, 2, depth=6, width_unit=16, head_dim=16, seq_len=32, vocab_size=64)] + [
     LoopedConfig.iso_depth(s, r, injection=inj)
     for s in (6, 12) for r in (1, 2, 4, 8) for inj in ("linear", "additive", "none", "hyperconnect")
 ] + [LoopedConfig.iso_depth(6, r, injection="hyperconnect", lanes=k) for r in (2, 4) for k in (1, 3)]

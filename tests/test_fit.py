@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fit_joint_law, fit_suite
-from loopscale.analysis.fit import FitData, block_loss_share, interval_method, objective
+from loopscale.analysis.bootstrap import block_loss_share, interval_method
+from loopscale.analysis.fit_objective import objective
+from loopscale.analysis.fit_problem import FitData
 from loopscale.analysis.options import THETA
 from loopscale.analysis.runs import expand_branches
 from loopscale.analysis.optimize import Stop, minimize_batch
@@ -256,8 +258,8 @@ def test_residual_bootstrap_of_noise_free_runs_is_the_fit_itself():
 
 
 def test_the_same_runs_in_another_order_give_the_same_interval():
-    """Two `loopscale demo` runs of the same trials read them from MLflow in different orders; their seeded
-    bootstrap drew different resamples (phi 0.713 both times, intervals 0.464-0.933 and 0.507-0.912)."""
+    """Two sweeps of the same trials read them from MLflow in different orders; the seeded bootstrap must draw
+    the same resamples from the same runs, whatever their order."""
     runs = paper_runs(noise=0.01, seed=2, **NINE_CELLS)
     shuffled = runs.sample(frac=1.0, random_state=0)
     assert not runs.index.equals(shuffled.index)

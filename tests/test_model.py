@@ -235,6 +235,4 @@ def test_runtime_options_degrade_on_cpu():
 def test_config_round_trips():
     c = LoopedConfig.iso_depth(6, 4, bptt_k=2)
     assert LoopedConfig(**c.to_dict()) == c
-    assert dataclasses.replace(LoopedConfig.from_name("paper-s10-r4"), bptt_k=2).grad_recurrences == 2
-    with pytest.raises(ValueError, match="unknown preset"):
-        LoopedConfig.from_name("nope")
+    assert dataclasses.replace(LoopedConfig.iso_depth(10, 4), bptt_k=2).grad_recurrences == 2

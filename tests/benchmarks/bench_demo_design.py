@@ -25,11 +25,15 @@ A branch at a width its cell also trained is left out, as analysis.runs marks it
 Designs: per cell, the widths a bracketing sampler lands on (multiples around the law's optimal width, rounded
 to buildable widths; the real sampler does not know the law, so this flatters every design alike), trained at
 the cell's budget; ``branches``: every trial also branches warmdowns at all smaller budgets (objectives/train.py),
-adding points to the lower cells for ~20% of those budgets' FLOPs. Cost = sum of budgets (+ warmdown FLOPs);
-wall = cost / (2 cores x ``--gflops`` per core: by default 16, the effective rate of the earlier demo, 2.6e13
-FLOPs in 13 min 28 s on idle cores) plus the orchestration overheads (search/plan.py).
-Reported per design: FLOPs, wall estimate, share of cells with an interior IsoFLOP optimum, phi's median, the
-share of 95% intervals inside (0, 1), coverage of the truth, median interval width.
+adding points to the lower cells for ~20% of those budgets' FLOPs. Cost = sum of budgets (+ warmdown FLOPs).
+Wall: ``loopscale plan``'s model of the whole ``loopscale demo`` (search/plan.py: its stages replayed over the
+trial slots, Ray's and each stage's start, the analysis) for the demo preset with the design's budgets, head
+width, trials per cell and branches, priced at the widths plan expects the sampler to try (near each cell's
+first guess up to its narrowest: the range). A step is priced at the fp32 matmul peak of one trial's threads,
+measured in this run (objectives.peak): a floor, since a small model's step also pays work that does not grow
+with its FLOPs; ``--probe`` times each design's real step instead (plan's probe, a few seconds per design).
+Reported per design: FLOPs, wall, share of cells with an interior IsoFLOP optimum, phi's median, the share of
+95% intervals inside (0, 1), coverage of the truth, median interval width.
 """
 
 from __future__ import annotations
@@ -39,20 +43,24 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import tomllib  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import torch  # noqa: E402
 
 from loopscale.analysis import fit_joint_law  # noqa: E402
 from loopscale.analysis.isoflop import cell_optima  # noqa: E402
 from loopscale.model import JointLaw, LoopedConfig, count_params, flops_per_token  # noqa: E402
 from loopscale.objectives import TrialConfig, simulate  # noqa: E402
+from loopscale.objectives.peak import device_peak_flops  # noqa: E402
+from loopscale.search.plan import Throughput, estimate, measure_throughput, side_by_side  # noqa: E402
+from loopscale.search.spec import SweepSpec, resolve_spec_path  # noqa: E402
 
 TOY_LAW = JointLaw(E=0.377, A=14.78, alpha=0.414, B=7.356, beta=0.119, phi=0.46)
 BATCH = 4096
 WARMDOWN = 0.2
-OVERHEAD_S = 10.0 + 0.6  # once per sweep, and per trial (search/plan.py)
 
 
 @dataclass(frozen=True)
@@ -136,26 +144,57 @@ def cost(design: Design) -> tuple[float, int]:
     return flops, len(trials(design))
 
 
+def demo_spec(design: Design) -> SweepSpec:
+    """The demo preset with the design's budgets, recurrences, head width, trials per cell and branches (every
+    trial warms down at each smaller budget of the design)."""
+    raw = tomllib.loads(resolve_spec_path("demo").read_text(encoding="utf-8"))
+    raw.update(name="demo-design", budgets=list(design.budgets), recurrences=list(design.recurrences),
+               trials_per_cell=len(design.factors))
+    raw["template"].update(width_unit=design.head_dim, head_dim=design.head_dim, injection="linear")
+    raw["recipe"]["branch_budgets"] = list(design.budgets[:-1]) if design.branches else []
+    return SweepSpec.from_dict(raw)
+
+
+def wall_minutes(design: Design, probe: bool) -> tuple[float, float]:
+    """(low, high) minutes of ``loopscale demo`` with this design under plan's model: steps at one trial's
+    measured fp32 matmul peak, or timed by plan's probe."""
+    spec = demo_spec(design)
+    if probe:
+        throughput = measure_throughput(spec)
+    else:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, int(spec.cpus_per_trial)))
+        try:
+            peak = device_peak_flops(torch.device("cpu"))
+        finally:
+            torch.set_num_threads(threads)
+        throughput = Throughput(flops_per_s=peak, step_s=0.0, shape="fp32 matmul peak", device="cpu",
+                                side_by_side=side_by_side(spec))
+    low, high = sorted(estimate(spec, throughput).total_s)  # at peak FLOP/s the narrowest widths need not cost more
+    return low / 60, high / 60
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--noise", type=float, default=0.03, help="per-trial noise, nats")
-    parser.add_argument("--gflops", type=float, default=16.0,
-                        help="effective GFLOP/s per core, overheads included (default: the earlier demo's 2.6e13 "
-                             "FLOPs in 13 min 28 s on 2 idle cores)")
+    parser.add_argument("--probe", action="store_true",
+                        help="time each design's trial step (plan's probe) instead of pricing it at the matmul peak")
     parser.add_argument("--starts", type=int, default=200)
     parser.add_argument("--bootstrap", type=int, default=100)
     parser.add_argument("--designs", default="", help="comma-separated indices into DESIGNS (default: all)")
     args = parser.parse_args()
     designs = [DESIGNS[int(i)] for i in args.designs.split(",")] if args.designs else DESIGNS
     truth = TOY_LAW.phi
+    pricing = ("each design's step timed by plan's probe" if args.probe else
+               "steps at one trial's fp32 matmul peak, measured now (a floor)")
     print(f"toy law {TOY_LAW}; noise {args.noise} nats per trial (+{args.noise / 2} per cell, "
-          f"+{args.noise / 2} misspecification); {args.seeds} seeds; wall at {args.gflops:g} GFLOP/s per core x 2")
-    print(f"{'design':<48} {'FLOPs':>8} {'trials':>6} {'wall min':>8} {'interior':>8} {'phi med':>7} "
+          f"+{args.noise / 2} misspecification); {args.seeds} seeds; wall: plan's model, {pricing}")
+    print(f"{'design':<48} {'FLOPs':>8} {'trials':>6} {'wall min':>9} {'interior':>8} {'phi med':>7} "
           f"{'CI in (0,1)':>11} {'coverage':>8} {'CI width':>8}")
     for design in designs:
         flops, n_trials = cost(design)
-        wall = (flops / (2 * args.gflops * 1e9) + OVERHEAD_S + 0.6 * n_trials / 2) / 60
+        low, high = wall_minutes(design, args.probe)
         stats = []
         for seed in range(args.seeds):
             runs = simulated_runs(design, seed, args.noise)
@@ -165,7 +204,8 @@ def main() -> None:
             stats.append({"interior": (optima["status"] == "ok").mean(), "phi": fit.phi, "inside": 0 < lo and hi < 1,
                           "covered": lo <= truth <= hi, "width": hi - lo})
         s = pd.DataFrame(stats)
-        print(f"{design.name:<48} {flops:>8.2e} {n_trials:>6} {wall:>8.1f} {100 * s['interior'].mean():>7.0f}% "
+        print(f"{design.name:<48} {flops:>8.2e} {n_trials:>6} {f'{low:.1f}-{high:.1f}':>9} "
+              f"{100 * s['interior'].mean():>7.0f}% "
               f"{s['phi'].median():>7.3f} {100 * s['inside'].mean():>10.0f}% {100 * s['covered'].mean():>7.0f}% "
               f"{s['width'].median():>8.3f}", flush=True)
 

@@ -33,7 +33,8 @@ from scipy.optimize import minimize  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the simulated grid
 
 from loopscale.analysis import DEFAULT_BOUNDS, fit_joint_law  # noqa: E402
-from loopscale.analysis.fit import FitData, objective  # noqa: E402
+from loopscale.analysis.fit_objective import objective  # noqa: E402
+from loopscale.analysis.fit_problem import FitData  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from test_analysis_sim import PAPER_GRID, paper_runs  # noqa: E402
 

@@ -30,7 +30,8 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the simulated grid
 
 from loopscale.analysis import fit_joint_law  # noqa: E402
-from loopscale.analysis.fit import FitData, block_loss_share, interval_method  # noqa: E402
+from loopscale.analysis.bootstrap import block_loss_share, interval_method  # noqa: E402
+from loopscale.analysis.fit_problem import FitData  # noqa: E402
 from loopscale.analysis.options import DEFAULT_BOUNDS, DEFAULT_FIT_OPTIONS  # noqa: E402
 from loopscale.model import PAPER_LAW  # noqa: E402
 from loopscale.objectives.noise import Noise  # noqa: E402

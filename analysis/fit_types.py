@@ -1,0 +1,95 @@
+"""What a fit of the joint law returns: ``LawFit`` (constants, intervals, diagnostics) and its ``FitStatus``.
+
+The law's public constants are (E, A, alpha, B, beta, phi) (``CONSTANTS``); the optimiser works on theta =
+(a, alpha, b, beta, e, phi) with A = e^a, B = e^b, E = e^e (``options.THETA``), and ``constants_of`` maps one to
+the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loopscale.model import JointLaw
+
+# The public constants, in this order; the internal order of theta is options.THETA.
+CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
+
+
+class FitStatus(enum.Enum):
+    CONVERGED = "converged"
+    AT_BOUND = "at_bound"            # a free parameter sits on its bound: the optimum may lie outside
+    STOPPED_EARLY = "stopped_early"  # the projected gradient at the answer is not small
+    UNIDENTIFIED = "unidentified"    # converged, but the data do not determine phi (analysis.identify)
+
+
+@dataclass(frozen=True, eq=False)
+class LawFit:
+    """A fitted joint law with its diagnostics. ``ci`` holds the bootstrap percentile interval of every constant;
+    ``interval`` says which bootstrap made it ("block" or "residual")."""
+
+    E: float
+    A: float
+    alpha: float
+    B: float
+    beta: float
+    phi: float
+    phi_ci: tuple[float, float]
+    ci: dict[str, tuple[float, float]]
+    r2: float                        # 1 - SS_res / SS_tot of the loss in nats over the fitted rows
+    rmse: float                      # nats
+    rmse_per_r: dict[int, float]
+    max_residual: float              # largest |L - L_hat|, nats
+    huber: float                     # the minimised objective
+    status: FitStatus
+    message: str
+    at_bound: tuple[str, ...]
+    fixed_phi: float | None
+    data: str
+    n_runs: int
+    n_cells: int
+    n_shared_trials: int             # trials whose branch points the block bootstrap resampled with them
+    n_starts: int
+    n_starts_at_best: int            # starts that ended at the best objective: evidence of a global optimum
+    n_bootstrap: int
+    interval: str
+    bootstrap_stopped_early: int
+    confidence: float
+    bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order
+    warnings: tuple[str, ...] = ()   # why phi is not identified (status UNIDENTIFIED)
+
+    @property
+    def law(self) -> JointLaw:
+        return JointLaw(E=self.E, A=self.A, alpha=self.alpha, B=self.B, beta=self.beta, phi=self.phi)
+
+    def predict(self, runs: pd.DataFrame) -> np.ndarray:
+        """Predicted loss (nats) of each row of a runs table."""
+        return np.asarray(self.law.loss(runs["N_once"].to_numpy(float), runs["N_rec"].to_numpy(float),
+                                        runs["r"].to_numpy(float), runs["tokens"].to_numpy(float)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the bootstrap draws are summarised by ``ci``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bootstrap"}
+        out["status"] = self.status.value
+        out["phi_ci"] = list(self.phi_ci)
+        out["ci"] = {k: list(v) for k, v in self.ci.items()}
+        out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
+        out["at_bound"] = list(self.at_bound)
+        out["warnings"] = list(self.warnings)
+        return out
+
+
+def constants_of(theta: np.ndarray) -> np.ndarray:
+    """(K, 6) theta (a, alpha, b, beta, e, phi) -> (K, 6) constants (E, A, alpha, B, beta, phi)."""
+    a, alpha, b, beta, e, phi = theta.T
+    return np.stack([np.exp(e), np.exp(a), alpha, np.exp(b), beta, phi], axis=1)
+
+
+def law_of(theta: np.ndarray) -> JointLaw:
+    """The joint law at one theta (6,) in THETA order."""
+    return JointLaw(**dict(zip(CONSTANTS, constants_of(theta[None])[0])))
