@@ -1,6 +1,6 @@
 """Every MLflow call of the analysis: reading a sweep's trial runs, logging the analysis run.
 
-How the search lays runs out (DESIGN.md): experiment name = sweep name; one run per trial tagged
+How the search lays runs out (search/tracking.py): experiment name = sweep name; one run per trial tagged
 ``loopscale.kind = trial`` with tags sweep, stage, cell, r, budget, objective, status, reason, ...; metrics =
 the numbers the trial returned; params = the trial config flattened (s, r, budget_flops, seed, template.*, ...).
 
