@@ -12,8 +12,9 @@ Layout (``analysis`` reads exactly this):
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
   for ``--resume`` to write it back (``tune_runner.restore_receipts``).
 
-Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial: a trial whose
-run already FINISHED (or FAILED) is not logged again. A trial that starts again (Tune retries it, or a resumed
+Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial, under the one
+sweep run of the store it logs to (``TrialTracker.open``): a trial whose run already FINISHED (or FAILED) is
+not logged again. A trial that starts again (Tune retries it, or a resumed
 sweep restarts it) keeps its earlier run, the curve that attempt streamed included, and that run is the one
 that ends when the new attempt reports its receipt (``run_trial``: the attempt trained to the end before).
 Only an attempt that trains again, and so streams its curve again from the first step, replaces that run.
