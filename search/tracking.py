@@ -12,10 +12,17 @@ Layout (``analysis`` reads exactly this):
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
   for ``--resume`` to write it back (``tune_runner.restore_receipts``).
 
-Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial: a trial whose
-run already FINISHED (or FAILED) is not logged again; a RUNNING run left by a killed driver is deleted and the
-restarted trial logs afresh; runs of trials that never restart are deleted when the stage ends. Writes are
-batched (``log_batch``): one call when a trial starts, curve points every ``flush_s``, one when it ends.
+Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial, under the one
+sweep run of the store it logs to (``TrialTracker.open``): a trial whose run already FINISHED (or FAILED) is
+not logged again. A trial that starts again (Tune retries it, or a resumed
+sweep restarts it) keeps its earlier run, the curve that attempt streamed included, and that run is the one
+that ends when the new attempt reports its receipt (``run_trial``: the attempt trained to the end before).
+Only an attempt that trains again, and so streams its curve again from the first step, replaces that run.
+Runs of trials that never restart are deleted when the stage ends, except those of trials Tune ended (their
+receipts are logged into them afterwards: ``tune_runner._log_if_missing``). Each run starts when its trial
+starts, so its duration is the trial's. Writes are batched (``log_batch``): one batch creates the run (with
+the first curve points, ``flush_s`` after the trial starts, or with the result), then curve points every
+``flush_s``, and one batch when it ends.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 import os
 import re
@@ -258,7 +265,9 @@ def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | N
 # ---- trials ----------------------------------------------------------------------------------------------
 @dataclass
 class _Open:
-    """A started trial: its run is created on the first write (``run_id`` stays "" until then)."""
+    """A started trial: its run is created on the first write (``run_id`` stays "" until then), dated from when
+    the trial started. ``again``: when the trial started again (ms; 0: it has not); its run and curve are the
+    earlier attempt's until this attempt streams a curve of its own (``TrialTracker.curve``)."""
 
     tags: dict[str, str]
     params: dict[str, str]
@@ -266,6 +275,8 @@ class _Open:
     run_id: str = ""
     curve: list[Metric] = field(default_factory=list)
     flushed_at: float = field(default_factory=time.monotonic)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    again: int = 0
 
 
 class TrialTracker:
@@ -281,7 +292,7 @@ class TrialTracker:
         self.tags, self.flush_s = tags, flush_s
         self._client: MlflowClient | None = None
         self._done: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (run, params) of a FINISHED/FAILED run
-        self._stale: dict[str, str] = {}  # key -> RUNNING run left by a killed driver
+        self._stale: dict[str, tuple[str, dict[str, str], int]] = {}  # key -> (run, params, start) left RUNNING
         self._open: dict[str, _Open] = {}
         self._carried: dict[str, str] = {}  # key -> the receipt a FINISHED run carries (``finish``)
 
@@ -289,12 +300,19 @@ class TrialTracker:
         return {**self.__dict__, "_client": None, "_done": {}, "_stale": {}, "_open": {}, "_carried": {}}
 
     def open(self) -> None:
-        """Read what the store already holds for this sweep (after a crash: finished and orphaned runs)."""
-        self._client = MlflowClient(mlflow.get_tracking_uri())
+        """Read what the store already holds for this sweep (after a crash: finished and orphaned runs). The
+        sweep's experiment and run are those of the store it opens, found by the sweep's name: Tune restores a
+        stage with the tracker it pickled, whose ids are those of the store the sweep started in, and a sweep
+        may resume into another store (``--tracking-uri``), whose runs it must join, not make twice."""
+        uri = mlflow.get_tracking_uri()
+        self._client = MlflowClient(uri)
+        parent = find_parent_run(uri, self.sweep)
+        if parent is not None:
+            self.experiment_id, self.parent_run_id = parent.info.experiment_id, parent.info.run_id
         for run in self._trial_runs():
             key = run.data.tags.get("trial_key", "")
             if run.info.status == "RUNNING":
-                self._stale[key] = run.info.run_id
+                self._stale[key] = (run.info.run_id, dict(run.data.params), run.info.start_time)
             else:
                 self._done[key] = (run.info.run_id, dict(run.data.params))
                 pieces = (run.data.tags.get(f"{RECEIPT_TAG}.{i}") for i in itertools.count())
@@ -308,7 +326,9 @@ class TrialTracker:
 
         A key that already has a finished run with the same params is not logged again (a trial that finished
         just before a crash, re-run because Tune had not saved it yet). With other params the old run is
-        replaced: it no longer describes the trial the study knows under this key.
+        replaced: it no longer describes the trial the study knows under this key. A trial that starts again
+        (a retry in this driver, or a RUNNING run with the same params left by a killed one) keeps its run and
+        curve until it streams a new curve (module docstring).
         """
         params = flatten_params(trial.to_params())
         if key in self._done:
@@ -317,18 +337,24 @@ class TrialTracker:
                 return
             self._client.delete_run(run_id)
             del self._done[key]
-        old = self._open.pop(key, None)
-        if old is not None and old.run_id:  # a retry of a failed attempt restarts the trial from scratch
-            discard_run(self._client, old.run_id)
-        if key in self._stale:
-            discard_run(self._client, self._stale.pop(key))
+        now_ms = int(time.time() * 1000)
+        old = self._open.get(key)
+        if old is not None:
+            old.again = now_ms
+            return
+        stale, stale_params, stale_start = self._stale.pop(key, ("", {}, 0))
+        if stale and stale_params != params:  # a different trial now: its run describes nothing
+            discard_run(self._client, stale)
+            stale = ""
         tags = {**self.tags, KIND_TAG: "trial", PARENT_TAG: self.parent_run_id, "sweep": self.sweep,
                 "stage": meta["stage"], "cell": meta["cell"], "r": str(trial.r),
                 "budget": f"{trial.budget_flops:.6g}", "objective": trial.objective,
                 "trial_key": key, "status": "running",
                 **({"cell_widths": meta["cell_widths"]} if "cell_widths" in meta else {})}
-        self._open[key] = _Open(tags=tags, params=params,
-                                name=run_name(meta["stage"], trial))
+        entry = _Open(tags=tags, params=params, name=run_name(meta["stage"], trial))
+        if stale:  # its trial may have ended before the driver died: the run ends when the receipt comes
+            entry.run_id, entry.started_ms, entry.again = stale, stale_start, now_ms
+        self._open[key] = entry
 
     def curve(self, key: str, report: dict[str, Any]) -> None:
         """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``."""
@@ -336,6 +362,10 @@ class TrialTracker:
         if entry is None or "step" not in report:
             return
         now_ms = int(time.time() * 1000)
+        if entry.again:  # the attempt trains from the first step: the earlier attempt's run describes nothing
+            if entry.run_id:
+                discard_run(self._client, entry.run_id)
+            entry.run_id, entry.curve, entry.started_ms, entry.again = "", [], entry.again, 0
         entry.curve += [Metric(k, float(report[k]), now_ms, int(report["step"])) for k in CURVE_KEYS
                         if _finite(report.get(k))]
         if time.monotonic() - entry.flushed_at >= self.flush_s:
@@ -371,14 +401,13 @@ class TrialTracker:
         self._client.set_terminated(entry.run_id, RunStatus.to_string(RunStatus.FAILED))
         self._done[key] = (entry.run_id, entry.params)
 
-    def close(self) -> None:
-        """End of a stage: runs still RUNNING belong to no trial any more (suggested, then lost in a crash)."""
-        for entry in self._open.values():
-            if entry.run_id:
-                discard_run(self._client, entry.run_id)
+    def close(self, ended: Collection[str] = ()) -> None:
+        """End of a stage: runs still RUNNING belong to no trial any more (suggested, then lost in a crash),
+        except those of the trial keys ``ended`` (trials Tune ended with a result whose run did not end: a
+        killed driver's, their result logged into them afterwards by ``start`` and ``finish``)."""
         self._open.clear()
         for run in self._trial_runs():
-            if run.info.status == "RUNNING":
+            if run.info.status == "RUNNING" and run.data.tags.get("trial_key") not in ended:
                 discard_run(self._client, run.info.run_id)
         self._stale.clear()
 
@@ -394,7 +423,8 @@ class TrialTracker:
     def _flush(self, entry: _Open, tags: list[RunTag] = ()) -> None:
         params = []
         if not entry.run_id:
-            entry.run_id = self._client.create_run(self.experiment_id, tags=entry.tags, run_name=entry.name).info.run_id
+            entry.run_id = self._client.create_run(self.experiment_id, start_time=entry.started_ms, tags=entry.tags,
+                                                   run_name=entry.name).info.run_id
             params = [Param(k, v) for k, v in entry.params.items()]
         self._client.log_batch(entry.run_id, metrics=entry.curve, params=params, tags=list(tags))
         entry.curve, entry.flushed_at = [], time.monotonic()

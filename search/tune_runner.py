@@ -401,12 +401,13 @@ class CellSearcher(Searcher):
     def _branch_points(self, study: CellStudy, trial_id: str, heads: int,
                        result: dict | None) -> tuple[tuple[str, int, float | None], ...]:
         """(cell, heads, loss) of every branch the trial announced (loss None if it did not record it) and of
-        every other branch it recorded in a cell of this stage (the recipe's fixed ``branch_budgets``)."""
+        every other branch it recorded in a cell of this stage that has its width (the recipe's fixed
+        ``branch_budgets``)."""
         expected = self._branches.pop(trial_id, [])
         recorded = {space.cell_key(budget, study.r): loss for budget, loss in recorded_branches(result)}
         points = {(k, h): recorded.get(k) for k, h in expected}
         for k, loss in recorded.items():
-            if k in study.surrogate.cells:
+            if k in study.surrogate.cells and heads in study.surrogate.cells[k].heads:
                 points.setdefault((k, heads), loss)
         return tuple((k, h, v) for (k, h), v in points.items())
 
@@ -686,7 +687,8 @@ class TrackingCallback(Callback):
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         if not STOP.requested:  # a stopped stage keeps its runs: their trials resume
-            self._safely(self.tracker.close)
+            ended = {t.config["meta"]["trial_key"] for t in trials if "status" in (t.last_result or {})}
+            self._safely(self.tracker.close, ended)
 
     def _safely(self, call: Any, *args: Any) -> None:
         """One tracker call; the first store failure stops the sweep, and the calls after it are skipped. (After
@@ -846,9 +848,18 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
             raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
                              f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
         if saved.get("complete"):
-            print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
-            return SweepOutcome(spec, {}, already_complete=True)
-        if not resume:
+            if find_parent_run(spec.tracking_uri, spec.name) is not None:
+                print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
+                return SweepOutcome(spec, {}, already_complete=True)
+            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow {redact(spec.tracking_uri)} holds "
+                    "none of its runs")
+            if not resume:
+                raise ValueError(f"{lost}; pass --resume to log them there again from the trials' receipts")
+            # the stages restore with every trial finished and log each from its receipt; until that is done
+            # (and should it be interrupted) the sweep is not complete in this store
+            print(f"{lost}: logging them there again from the trials' receipts", flush=True)
+            saved = {**saved, "complete": False}
+        elif not resume:
             raise ValueError(f"sweep {spec.name!r} has unfinished state at {state.path}: pass --resume to "
                              f"continue it (or remove that directory to start over)")
     elif find_parent_run(spec.tracking_uri, spec.name) is not None:

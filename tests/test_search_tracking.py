@@ -83,3 +83,58 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
 
     discard_stage_runs(spec.tracking_uri, experiment_id, parent, "search")
     assert runs(spec, experiment_id) == []
+
+
+def history(spec: SweepSpec, run) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in MlflowClient(spec.tracking_uri).get_metric_history(run.info.run_id,
+                                                                                         "train_loss")]
+
+
+def test_a_trial_retried_after_its_receipt_finishes_the_run_it_streamed(tmp_path):
+    # Tune retries a trial whose first attempt trained to the end (a failure while Tune stopped it): the retry
+    # reports the receipt at once, with no curve of its own
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    t = tracker(spec, experiment_id, parent)
+    t.start("search/a/1", META, config(2))
+    for step in (1, 10, 20):
+        t.curve("search/a/1", {"train_loss": 5.0 - step / 10, "step": step})
+    t.start("search/a/1", META, config(2))  # the retry
+    t.finish("search/a/1", {**result(3.0), "steps": 20, "train_loss": 3.0})
+    t.close({"search/a/1"})
+    (run,) = runs(spec, experiment_id, ViewType.ALL)  # one run ever, none deleted
+    assert (run.info.lifecycle_stage, run.info.status) == ("active", "FINISHED")
+    assert [step for step, _ in history(spec, run)] == [1, 10, 20, 20]  # streamed, then the final result's
+
+    # a retry that trains again streams from its first step: its run replaces the earlier attempt's
+    t.start("search/a/2", META, config(3))
+    t.curve("search/a/2", {"train_loss": 4.0, "step": 10})
+    t.start("search/a/2", META, config(3))
+    t.curve("search/a/2", {"train_loss": 4.4, "step": 1})
+    t.finish("search/a/2", result(3.5))
+    by_key = {r.data.tags["trial_key"]: r for r in runs(spec, experiment_id)}
+    assert history(spec, by_key["search/a/2"]) == [(1, 4.4)]
+
+
+def test_a_run_outlives_a_killed_driver_when_its_trial_had_ended(tmp_path):
+    # the driver dies after Tune ended a trial but before its run ended; the resumed stage ends with the trial
+    # ended in Tune (not restarted) and logs its receipt into the run that streamed its curve
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    first = tracker(spec, experiment_id, parent)
+    first.start("search/a/1", META, config(2))
+    first.curve("search/a/1", {"train_loss": 4.0, "step": 10})
+    first.start("search/a/2", META, config(3))
+    first.curve("search/a/2", {"train_loss": 4.2, "step": 10})  # never comes back
+    (streamed,) = [r for r in runs(spec, experiment_id) if r.data.tags["trial_key"] == "search/a/1"]
+
+    resumed = tracker(spec, experiment_id, parent)
+    resumed.close({"search/a/1"})
+    reconcile = tracker(spec, experiment_id, parent)
+    reconcile.start("search/a/1", META, config(2))
+    reconcile.finish("search/a/1", result(3.0))
+    (run,) = runs(spec, experiment_id)
+    assert (run.info.run_id, run.info.status, run.info.start_time) == (streamed.info.run_id, "FINISHED",
+                                                                       streamed.info.start_time)
+    assert history(spec, run) == [(10, 4.0)]
+    assert [r.data.tags["trial_key"] for r in runs(spec, experiment_id, ViewType.DELETED_ONLY)] == ["search/a/2"]
