@@ -142,7 +142,7 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
     check_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp = _experiment(client, experiment, uri)
-    run_id = ""
+    run_id, committed = "", False
     try:
         try:
             earlier = _runs_of_kind(client, exp.experiment_id, "analysis")
@@ -163,8 +163,9 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
         os.environ.setdefault(SUPPRESS_URLS, "true")  # else MLflow prints the run's URL, password included
         with _signals_held():
             _commit(client, run_id, earlier)
+            committed = True  # a signal held meanwhile is raised on leaving: the new run stays
     except BaseException as exc:
-        if run_id:
+        if run_id and not committed:
             with _signals_held():
                 _discard(client, run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         if isinstance(exc, Exception) and not isinstance(exc, ValueError):

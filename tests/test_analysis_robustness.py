@@ -204,7 +204,7 @@ def test_sigint_while_logging_leaves_one_finished_analysis_and_nothing_running(s
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     assert subprocess.run(argv, capture_output=True, timeout=300).returncode == 0  # the analysis to replace
     interrupted = 0
-    for delay in (0.0, 0.1, 0.3):
+    for delay in (0.0, 0.05, 0.15):
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for line in process.stdout:  # the files are written; logging starts now
             if line.startswith("wrote "):
@@ -214,7 +214,8 @@ def test_sigint_while_logging_leaves_one_finished_analysis_and_nothing_running(s
         rest, err = process.communicate(timeout=120)
         interrupted += process.returncode == 128 + signal.SIGINT
         assert process.returncode in (0, 128 + signal.SIGINT), err[-2000:]
-        assert "Traceback" not in err
+        if process.returncode:  # (a SIGINT after the command's work, at the interpreter's exit, is not its own)
+            assert err.endswith("\nloopscale: interrupted by SIGINT\n") and "Traceback" not in err, err[-2000:]
         _, runs = analysis_runs(store["uri"])
         assert not [r for r in runs if r.info.status == "RUNNING"], [(r.info.status, r.info.lifecycle_stage)
                                                                      for r in runs]
