@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .options import DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, FitOptions
+from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
+                      FitOptions)
 from .store import DEFAULT_RUN_DIR
 from .tables import FORMATS
 
@@ -38,7 +39,8 @@ def register(subparsers) -> None:
                            help="MLflow experiment (= sweep name), or the path of a runs table (.csv/.parquet)")
     _tracking_argument(analyze_p)
     analyze_p.add_argument("--out", type=Path, default=None,
-                           help=f"output folder (default: {DEFAULT_OUT}/<experiment>)")
+                           help=f"output folder, replaced as a whole: new, empty or an earlier analysis's "
+                                f"(default: {DEFAULT_OUT}/<experiment>)")
     analyze_p.add_argument("--budgets", type=_floats, default=None,
                            help="budgets of the allocation table, comma-separated (default: the sweep's)")
     analyze_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
@@ -98,12 +100,15 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 
                        help="fit all runs, only the per-r Pareto frontier, or the per-cell optima (default all)")
     group.add_argument("--stage", default="search",
                        help="fit only runs of this stage; 'all' for every stage (default search)")
-    group.add_argument("--n-starts", type=int, default=500, help="random optimiser starts (default 500)")
+    group.add_argument("--n-starts", type=int, default=500,
+                       help=f"random optimiser starts (default 500, at most {MAX_STARTS:,}: each is one more fit)")
     group.add_argument("--n-bootstrap", type=int, default=bootstrap_default,
-                       help=f"bootstrap resamples behind the intervals (default {bootstrap_default})")
+                       help=f"bootstrap resamples behind the intervals (default {bootstrap_default}, at most "
+                            f"{MAX_BOOTSTRAP:,}: memory grows with resamples x runs; a runs table holds at most "
+                            f"{MAX_RUNS:,} runs, the paper's 116)")
     group.add_argument("--interval", choices=INTERVAL_METHODS, default="auto",
                        help="block bootstrap over (budget, r) cells, residual bootstrap, or auto: block when "
-                            "resamples keep three r's and budgets, residual otherwise (see analysis/fit.py; "
+                            "resamples keep three r's and budgets, residual otherwise (see analysis/bootstrap.py; "
                             "default auto)")
     group.add_argument("--seed", type=int, default=0, help="seed of the starts and the bootstrap (default 0)")
 
@@ -114,7 +119,8 @@ def _options(args: argparse.Namespace) -> FitOptions:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=_options(args),
+    options = _options(args)  # first: bounds and choices refused before any work
+    analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=options,
                        budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log)
     return 0
 
@@ -131,12 +137,21 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     _check_out(out, folder=True)
     runs = load_runs(experiment, tracking_uri)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
+    out = out or DEFAULT_OUT / name
+    _check_out(out, folder=True)
+    unfinished = ""
+    if runs.attrs.get("tracking_uri") is not None:
+        from .unfinished import unfinished_note
+
+        unfinished = unfinished_note(experiment, runs.attrs["tracking_uri"])
+        if unfinished:
+            print(f"loopscale: warning: {unfinished}", file=sys.stderr, flush=True)
     if budgets:
         warn_extrapolation(budgets, usable_runs(runs, stage=options.stage)["budget_flops"])
     progress = Progress()
     result = analyze(runs, name=name, options=options, budgets=budgets, recurrences=recurrences,
                      progress=progress)
-    out = out or DEFAULT_OUT / name
+    result.unfinished = unfinished
     progress(f"writing tables and plots to {out}")
     written = result.write(out)
     print(result.summary_text())
@@ -162,14 +177,25 @@ class Progress:
         print(f"[{time.perf_counter() - self.started:5.1f} s] {line}", file=sys.stderr, flush=True)
 
 
+ANALYSIS_ENTRIES = {"tables", "plots", "summary.json", "summary.txt"}  # what Analysis.write puts in a folder
+
+
 def _check_out(out: Path | None, *, folder: bool) -> None:
-    """--out must be able to become what the command writes (a folder, or a file), checked before any work."""
+    """--out must be able to become what the command writes (a folder, or a file), checked before any work.
+    analyze replaces its folder as a whole, so an existing one must be empty or an earlier analysis: anything
+    else in it would be deleted."""
     if out is None or not out.exists():
         return
     if folder and not out.is_dir():
         raise ValueError(f"--out {out} is a file; analyze writes a folder of tables and plots: name a folder")
     if not folder and out.is_dir():
         raise ValueError(f"--out {out} is a folder; export writes one table: name a file")
+    if folder:
+        others = sorted(p.name for p in out.iterdir() if p.name not in ANALYSIS_ENTRIES)
+        if others or (any(out.iterdir()) and not (out / "summary.json").is_file()):
+            raise ValueError(f"--out {out} holds {', '.join(others[:3]) or 'files'}"
+                             f"{' ...' if len(others) > 3 else ''}, not an earlier analysis; analyze replaces "
+                             "that folder as a whole: name a new folder or an earlier analysis's")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -186,13 +212,13 @@ def run_export(args: argparse.Namespace) -> int:
     from .tables import render
 
     _check_out(args.out, folder=False)
+    options = _options(args)
     if args.law == "paper":
         law, template, batch_tokens = PAPER_LAW, None, None
         budgets = args.budgets or list(PAPER_GRID)
         recurrences = args.recurrences or list(PAPER_RECURRENCES)
     else:
         runs = load_runs(args.experiment, args.tracking_uri)
-        options = _options(args)
         used = usable_runs(runs, stage=options.stage)
         template, batch_tokens, _ = template_of(runs)
         mismatch = template_mismatch(used, template)

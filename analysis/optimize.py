@@ -34,6 +34,9 @@ BatchObjective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray
 
 
 LADDER = 8  # step lengths tried per objective call once the full step has failed
+# Points evaluated per objective call at most: the objective's temporaries are (points x runs) arrays, so larger
+# calls are made in slices of this many (each point's value is its own: the slices change no number).
+EVAL_POINTS = 4096
 
 
 class Stop(enum.IntEnum):
@@ -66,7 +69,7 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
     """
     n_problems, p = x0.shape
     x = np.clip(x0, lower, upper)
-    f, g = fun(x, np.arange(n_problems))
+    f, g = _evaluate(fun, x, np.arange(n_problems))
     h_inv = np.tile(np.eye(p), (n_problems, 1, 1))
     fixed = upper <= lower
     stop = np.full(n_problems, Stop.RUNNING, dtype=int)
@@ -99,7 +102,7 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
             trial = np.flatnonzero(searching)
             steps = t[trial, None] * 0.5 ** np.arange(m)  # (n, m)
             xt = np.clip(xa[trial, None, :] + steps[..., None] * d[trial, None, :], lower, upper).reshape(-1, p)
-            ft, gt = fun(xt, np.repeat(rows[trial], m))
+            ft, gt = _evaluate(fun, xt, np.repeat(rows[trial], m))
             x0 = np.repeat(xa[trial], m, axis=0)
             ok = np.isfinite(ft) & (ft <= np.repeat(fa[trial], m)
                                     + armijo * (np.repeat(ga[trial], m, axis=0) * (xt - x0)).sum(axis=1))
@@ -120,6 +123,15 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
                                Stop.RUNNING)
     stop[stop == Stop.RUNNING] = Stop.MAX_ITER
     return BatchResult(x=x, f=f, nit=nit, stop=stop)
+
+
+def _evaluate(fun: BatchObjective, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``fun(x, rows)``, called on slices of at most ``EVAL_POINTS`` points: its memory then stays bounded
+    whatever the number of starts or bootstrap resamples."""
+    if len(rows) <= EVAL_POINTS:
+        return fun(x, rows)
+    parts = [fun(x[i:i + EVAL_POINTS], rows[i:i + EVAL_POINTS]) for i in range(0, len(rows), EVAL_POINTS)]
+    return np.concatenate([f for f, _ in parts]), np.concatenate([g for _, g in parts])
 
 
 def _prune(f: np.ndarray, stop: np.ndarray, groups: np.ndarray, factor: float, *, first: bool) -> None:

@@ -1,5 +1,5 @@
 """How the joint law is fitted: the parameter order, the box bounds and the options of ``fit_joint_law``
-(analysis/fit.py carries the method and its sources).
+(analysis/fit.py and analysis/bootstrap.py carry the method and its sources).
 
 Kept apart from the fit so that the command line can offer these choices without loading scipy and pandas.
 """
@@ -14,6 +14,14 @@ import numpy as np
 THETA = ("a", "alpha", "b", "beta", "e", "phi")
 DATA_MODES = ("all", "frontier", "optima")
 INTERVAL_METHODS = ("auto", "block", "residual")
+# Bounds on the work of one analysis, far above real use (the paper's sweep has 116 runs; the defaults are 500
+# starts and 200 resamples), checked before any work. The bootstrap refits its resamples at once, keeping per
+# resample and start a weight and a log-loss per run: at the bounds about 2 GB in all (analysis/optimize.py
+# evaluates the objective in slices, so its temporaries do not grow with them). A start holds O(1) memory, but
+# costs the time of one fit. The runs table (runs.validate_runs) counts warmdown branch points as runs.
+MAX_RUNS = 2_000
+MAX_STARTS = 20_000
+MAX_BOOTSTRAP = 5_000
 
 
 @dataclass(frozen=True)
@@ -71,9 +79,12 @@ class FitOptions:
     def __post_init__(self) -> None:
         checks = [
             (self.delta > 0, f"delta must be positive, got {self.delta}"),
-            (self.n_starts >= 1, f"n_starts must be >= 1, got {self.n_starts}"),
+            (1 <= self.n_starts <= MAX_STARTS, f"n_starts must be between 1 and {MAX_STARTS:,} (each start is "
+                                               f"one more fit to run), got {self.n_starts:,}"),
             (self.max_iter >= 1, f"max_iter must be >= 1, got {self.max_iter}"),
-            (self.n_bootstrap >= 0, f"n_bootstrap must be >= 0, got {self.n_bootstrap}"),
+            (0 <= self.n_bootstrap <= MAX_BOOTSTRAP, f"n_bootstrap must be between 0 and {MAX_BOOTSTRAP:,} (the "
+                                                     "resamples are refitted at once, memory growing with "
+                                                     f"resamples x runs), got {self.n_bootstrap:,}"),
             (self.bootstrap_starts >= 1, f"bootstrap_starts must be >= 1, got {self.bootstrap_starts}"),
             (0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}"),
             (self.data in DATA_MODES, f"data must be one of {DATA_MODES}, got {self.data!r}"),

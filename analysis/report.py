@@ -9,7 +9,6 @@ puts the tables (CSV, Markdown, LaTeX, JSON) under ``tables/``, the figures unde
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .fit_problem import fit_rows
 from .fit_suite import FitSuite, fit_suite
+from .folder_swap import replace_folder, scratch_for
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
@@ -55,6 +55,7 @@ class Analysis:
     seconds: float
     backtest: Backtest | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    unfinished: str = ""  # where an unfinished sweep stands (analysis/unfinished.py); '' when it finished
 
     @property
     def used(self) -> pd.DataFrame:
@@ -64,7 +65,7 @@ class Analysis:
         joint = self.suite.joint
         excluded = exclusions(self.runs, stage=self.options.stage)
         return {
-            "experiment": self.name,
+            "experiment": self.name, "unfinished": self.unfinished or None,
             "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
             "excluded": excluded.to_dict(orient="records"),
             "joint": joint.to_dict(), "phi0": self.suite.phi0.to_dict(), "phi1": self.suite.phi1.to_dict(),
@@ -89,17 +90,18 @@ class Analysis:
     def summary_text(self) -> str:
         joint, s = self.suite.joint, self.summary()
         pct = f"{100 * joint.confidence:.0f}%"
-        lines = [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
-                 f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
-                 f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-                 f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
-                 + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "")
-                 + ") "
-                 f"[{joint.status.value}]",
-                 f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
-                 "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
-                                                                         self.suite.phi1.r2)
-                 + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
+        lines = [f"warning: {self.unfinished}"] if self.unfinished else []
+        lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
+                  f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
+                  f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
+                  f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
+                  + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "")
+                  + ") "
+                  f"[{joint.status.value}]",
+                  f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
+                  "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
+                                                                          self.suite.phi1.r2)
+                  + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats): "
@@ -127,19 +129,16 @@ class Analysis:
         return "\n".join(lines)
 
     def write(self, out_dir: Path) -> list[Path]:
-        """Write tables, figures and the summary under ``out_dir``; returns the files written. All or nothing:
-        everything is written to a scratch folder beside ``out_dir`` first (a figure or number that fails to
-        render leaves no half of the output), then moved into place file by file."""
-        scratch = out_dir.parent / f".{out_dir.name}.{os.getpid()}.partial"
+        """Write tables, figures and the summary as the folder ``out_dir``, which is replaced as a whole
+        (``folder_swap``): files an earlier analysis left there go, and a figure or number that fails to render,
+        or a swap that fails, leaves the old folder whole. Returns the files written."""
+        scratch = scratch_for(out_dir)
         try:
             written = self._write(scratch)
-            final = [out_dir / path.relative_to(scratch) for path in written]
-            for path, target in zip(written, final):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, target)
+            replace_folder(scratch, out_dir)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        return final
+        return [out_dir / path.relative_to(scratch) for path in written]
 
     def _write(self, out_dir: Path) -> list[Path]:
         (out_dir / "tables").mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The runs table: one validated row per finished trial, read from MLflow, CSV or parquet (DESIGN.md).
+"""The runs table: one validated row per finished trial, read from MLflow, CSV or parquet.
 
 Columns: run_id, sweep, stage, r, budget_flops, width, n_prelude, n_recur, n_coda, N_once, N_rec, N_embed,
 flops_per_token, tokens, flops_spent, val_loss, status (+ lr, seed, objective, reason, cell, s, batch_tokens and
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .options import MAX_RUNS
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 from .store import BRANCH_COLUMN
 
@@ -92,6 +93,10 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
         if column not in runs.columns:
             runs[column] = defaults[column]
     runs = expand_branches(runs)
+    if len(runs) > MAX_RUNS:
+        raise ValueError(f"{default_sweep or 'the runs table'} has {len(runs):,} runs (branch points included); "
+                         f"at most {MAX_RUNS:,} are analysed at once (a fit's memory and time grow with the runs; the "
+                         "paper's sweep has 116): analyse a part, e.g. one stage or a range of budgets")
     for column in (*RUN_COLUMNS, *EXTRA_COLUMNS):
         if column not in runs.columns:
             runs[column] = defaults.get(column, np.nan)

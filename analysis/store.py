@@ -2,8 +2,9 @@
 
 One home for what both sides must agree on: the tag that says what a run is (``loopscale.kind`` = sweep, trial
 or analysis), where a store is when nobody names one, how a password in a URI is hidden, how a store is checked
-before MLflow touches it, and how runs are paged through. Imports MLflow only (never Ray): the analysis runs
-without the search's dependencies.
+before MLflow touches it, how runs are paged through, and how the sweep's driver lock is read (``lock_holder``:
+analyze says whether a driver still runs the sweep it fits, reading the lock without taking it). Imports MLflow
+only (never Ray): the analysis runs without the search's dependencies.
 
 Which store (the first that is set wins)::
 
@@ -23,8 +24,10 @@ Checks (every failure is a ValueError of one line, the URI's password shown as `
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import socket
 import sqlite3
 import urllib.error
 import urllib.parse
@@ -37,6 +40,9 @@ KIND_TAG = "loopscale.kind"  # "sweep" | "trial" | "analysis"
 SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # else MLflow prints each run's URL, password included
 TRACKING_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_RUN_DIR = "loopscale-runs"  # the search's outputs (store, Tune storage, cache, analysis) by default
+DEFAULT_STORAGE = "tune"  # the search's Tune storage, under DEFAULT_RUN_DIR unless the spec names one
+# ``<storage>/<sweep>/driver.lock``: JSON {host, pid, process_start, since} of the one driver running the sweep
+LOCK_FILE = "driver.lock"
 HEALTH_TIMEOUT_S = 5.0
 PAGE_SIZE = 1000
 # the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
@@ -168,3 +174,39 @@ def iter_runs(client: Any, experiment_id: str, query: str, *, active_only: bool 
         token = page.token
         if not token:
             return
+
+
+def process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22), "" if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]  # after the command name, which may hold spaces
+
+
+def holder_alive(holder: dict[str, Any]) -> bool:
+    """Whether the driver named in a lock still runs; True when that cannot be told (another host). A pid
+    whose process started at another time than the lock records is another process under a recycled pid."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    pid = int(holder.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but another user's
+        pass
+    started = process_start(pid)
+    return not (started and holder.get("process_start") and started != holder["process_start"])
+
+
+def lock_holder(sweep_folder: Path) -> dict[str, Any] | None:
+    """The driver named in ``<sweep_folder>/driver.lock``, or None when there is no readable lock; reads only."""
+    try:
+        holder = json.loads((sweep_folder / LOCK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None

@@ -10,9 +10,13 @@ every failure is a ValueError with one line, in which a URI's password is shown 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", 
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # Where a number lives when the trial logged no metrics (failed runs): a tag of another name.
 TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _experiment(client: MlflowClient, name: str, uri: str):
@@ -69,6 +74,7 @@ def read_sweep_spec(experiment: str, tracking_uri: str) -> dict[str, Any] | None
     sweeps = _runs_of_kind(client, exp.experiment_id, "sweep")
     if not sweeps:
         return None
+    os.environ.setdefault(PROGRESS_BAR, "false")  # else a bar on stderr, before the line analyze opens with
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(sweeps[0].info.run_id, "spec.toml", tmp)
@@ -78,6 +84,23 @@ def read_sweep_spec(experiment: str, tracking_uri: str) -> dict[str, Any] | None
     if sweeps[0].data.tags.get("objective"):
         spec["objective"] = sweeps[0].data.tags["objective"]
     return spec
+
+
+def read_sweep_progress(experiment: str, tracking_uri: str) -> dict[str, Any] | None:
+    """Where the sweep behind ``experiment`` stands, from its parent run: None when it finished (or the store
+    holds no sweep run), else {"planned": trials planned or None, "ended": trial runs ended, "running": trial
+    runs still RUNNING, "storage": the spec's ``storage`` or None}."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = _experiment(client, experiment, tracking_uri)
+    sweeps = _runs_of_kind(client, exp.experiment_id, "sweep")
+    if not sweeps or sweeps[0].info.status == "FINISHED":
+        return None
+    trials = _runs_of_kind(client, exp.experiment_id, "trial")
+    running = sum(run.info.status == "RUNNING" for run in trials)
+    planned = sweeps[0].data.params.get("planned_trials")
+    spec = read_sweep_spec(experiment, tracking_uri) or {}
+    return {"planned": int(planned) if planned else None, "ended": len(trials) - running, "running": running,
+            "storage": spec.get("storage")}
 
 
 def _row(run, experiment: str) -> dict[str, Any]:
@@ -106,23 +129,30 @@ def _row(run, experiment: str) -> dict[str, Any]:
 
 def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, metrics: dict[str, float],
                  params: dict[str, Any], tags: dict[str, str]) -> tuple[str, list[str]]:
-    """Log ``out_dir`` as the artifacts of a fresh analysis run in ``experiment``.
+    """Log ``out_dir`` as the artifacts of a fresh analysis run in ``experiment``, replacing the earlier ones.
 
-    Earlier analysis runs of the experiment are deleted (MLflow's soft delete) so the UI shows one current
-    analysis. Returns (new run id, replaced run ids).
+    A reader sees the old analysis or the new one, never two finished and never one left RUNNING: the new run
+    gets its metrics, params and artifacts first; then, with SIGINT and SIGTERM held off, it is marked
+    FINISHED and the earlier ones deleted (MLflow's soft delete; the UI shows one current analysis). A failure
+    or an interrupt before that ends the new run FAILED or KILLED and deletes it, keeping the old. An earlier
+    run left RUNNING (its analyze was killed) is marked KILLED before it is deleted. Returns (new run id,
+    replaced run ids).
     """
     uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp = _experiment(client, experiment, uri)
+    run_id, committed = "", False
     try:
-        replaced = [run.info.run_id for run in _runs_of_kind(client, exp.experiment_id, "analysis")]
-        run_id = client.create_run(exp.experiment_id, run_name="analysis",
-                                   tags={KIND_TAG: "analysis", "sweep": experiment, **tags}).info.run_id
-    except Exception as err:  # see read_trial_runs
-        message = f"cannot log the analysis to {uri}: {type(err).__name__}: {err}".splitlines()[0]
-        raise ValueError(redact(message)) from None
-    try:
+        try:
+            earlier = _runs_of_kind(client, exp.experiment_id, "analysis")
+            with _signals_held():  # so that the run, once created, is always discarded on an interrupt
+                run_id = client.create_run(exp.experiment_id, run_name="analysis",
+                                           tags={KIND_TAG: "analysis", "sweep": experiment, **tags}).info.run_id
+        except Exception as err:  # see read_trial_runs
+            raise ValueError(redact(f"cannot log the analysis to {uri}: {type(err).__name__}: {err}"
+                                    .splitlines()[0])) from None
+        replaced = [run.info.run_id for run in earlier]
         now = int(time.time() * 1000)
         client.log_batch(run_id,
                          metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)],
@@ -131,11 +161,61 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
         if replaced:
             client.set_tag(run_id, "loopscale.replaces", ",".join(replaced))
         os.environ.setdefault(SUPPRESS_URLS, "true")  # else MLflow prints the run's URL, password included
-        client.set_terminated(run_id)
-        for old in replaced:  # only once the new run is complete
-            client.delete_run(old)
-    except Exception as err:
-        client.set_terminated(run_id, status="FAILED")
-        raise ValueError(redact(f"logging the analysis run {run_id} failed: {type(err).__name__}: {err}"
-                                .splitlines()[0])) from None
+        with _signals_held():
+            _commit(client, run_id, earlier)
+            committed = True  # a signal held meanwhile is raised on leaving: the new run stays
+    except BaseException as exc:
+        if run_id and not committed:
+            with _signals_held():
+                _discard(client, run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        if isinstance(exc, Exception) and not isinstance(exc, ValueError):
+            raise ValueError(redact(f"logging the analysis run {run_id} failed: {type(exc).__name__}: {exc}"
+                                    .splitlines()[0])) from None
+        raise
     return run_id, replaced
+
+
+def _commit(client: MlflowClient, run_id: str, earlier: list) -> None:
+    """Mark the new analysis run FINISHED and delete the earlier ones; on a failure, restore those deleted."""
+    deleted = []
+    try:
+        client.set_terminated(run_id)
+        for old in earlier:
+            if old.info.status == "RUNNING":
+                client.set_terminated(old.info.run_id, "KILLED")
+            client.delete_run(old.info.run_id)
+            deleted.append(old.info.run_id)
+    except Exception:
+        for old in deleted:
+            client.restore_run(old)
+        raise
+
+
+def _discard(client: MlflowClient, run_id: str, status: str) -> None:
+    """End a new analysis run that will not replace the old one and delete it; a store that fails meanwhile
+    leaves it as it is (the next analyze marks it KILLED and deletes it)."""
+    try:
+        client.set_terminated(run_id, status)
+        client.delete_run(run_id)
+    except Exception:  # noqa: BLE001 (the error being raised is the one to report)
+        pass
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM off for a few store calls that must not be cut in two; a signal that came
+    meanwhile is delivered to the previous handler on exit. Outside the main thread (no handlers there) a
+    no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: came.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: a handler set outside Python
+        for sig in dict.fromkeys(came):
+            signal.raise_signal(sig)

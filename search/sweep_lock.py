@@ -19,34 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-LOCK_FILE = "driver.lock"
+# the lock's format, also read by analyze (without taking it): one home for both
+from loopscale.analysis.store import LOCK_FILE, process_start
+from loopscale.analysis.store import holder_alive as alive
+
 BREAK_TIMEOUT_S = 30.0  # a driver breaking a stale lock holds the break file for milliseconds
-
-
-def process_start(pid: int) -> str:
-    """The start time of process ``pid`` in clock ticks since boot (/proc/<pid>/stat field 22), "" if unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[19]  # after the command name, which may hold spaces
-
-
-def alive(holder: dict[str, Any]) -> bool:
-    """Whether the driver named in a lock still runs; True when that cannot be told (another host)."""
-    if holder.get("host") != socket.gethostname():
-        return True
-    pid = int(holder.get("pid", 0))
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        pass
-    started = process_start(pid)
-    return not (started and holder.get("process_start") and started != holder["process_start"])
 
 
 def describe(holder: dict[str, Any]) -> str:

@@ -171,7 +171,7 @@ def test_paper_grid_budgets_are_the_papers():
 
 def test_a_sweep_is_compared_with_the_paper_grid_only_when_it_covers_its_cells():
     grid = paper_grid_flops()
-    assert 7.2e20 < grid < 7.3e20  # PAPER.md: 116 runs, each a hair under its budget
+    assert 7.2e20 < grid < 7.3e20  # the paper (Schwethelm et al. 2026): 116 runs, each a hair under its budget
     same = dict(budgets=list(PAPER_GRID), recurrences=[1, 2, 4, 8], template=dict(PAPER_TEMPLATE),
                 batch_tokens=PAPER_BATCH_TOKENS)
     assert paper_grid_reference(**same) == grid
