@@ -132,46 +132,48 @@ def log_analysis(experiment: str, tracking_uri: str | None, out_dir: Path, *, me
     """Log ``out_dir`` as the artifacts of a fresh analysis run in ``experiment``, replacing the earlier ones.
 
     A reader sees the old analysis or the new one, never two finished and never one left RUNNING: the new run
-    gets its metrics, params and artifacts first; then, with SIGINT and SIGTERM held off, it is marked
-    FINISHED and the earlier ones deleted (MLflow's soft delete; the UI shows one current analysis). A failure
-    or an interrupt before that ends the new run FAILED or KILLED and deletes it, keeping the old. An earlier
-    run left RUNNING (its analyze was killed) is marked KILLED before it is deleted. Returns (new run id,
-    replaced run ids).
+    gets its metrics, params and artifacts first, then it is marked FINISHED and the earlier ones deleted
+    (MLflow's soft delete; the UI shows one current analysis). SIGINT and SIGTERM are held off for the whole
+    exchange: one that came meanwhile, like a failure, ends the new run KILLED (FAILED) and deletes it, keeping
+    the old, and is then delivered. An earlier run left RUNNING (its analyze was killed) is marked KILLED before
+    it is deleted. Returns (new run id, replaced run ids).
     """
     uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp = _experiment(client, experiment, uri)
-    run_id, committed = "", False
-    try:
+    run_id = ""
+    # Signals are held for the whole exchange with the store: a SIGINT inside SQLAlchemy's commit left sqlite
+    # locked and the run half-written; held, it waits for the calls in flight (seconds) and then acts.
+    with _signals_held() as came:
         try:
-            earlier = _runs_of_kind(client, exp.experiment_id, "analysis")
-            with _signals_held():  # so that the run, once created, is always discarded on an interrupt
+            try:
+                earlier = _runs_of_kind(client, exp.experiment_id, "analysis")
                 run_id = client.create_run(exp.experiment_id, run_name="analysis",
                                            tags={KIND_TAG: "analysis", "sweep": experiment, **tags}).info.run_id
-        except Exception as err:  # see read_trial_runs
-            raise ValueError(redact(f"cannot log the analysis to {uri}: {type(err).__name__}: {err}"
-                                    .splitlines()[0])) from None
-        replaced = [run.info.run_id for run in earlier]
-        now = int(time.time() * 1000)
-        client.log_batch(run_id,
-                         metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)],
-                         params=[Param(k, str(v)) for k, v in params.items()])
-        client.log_artifacts(run_id, str(out_dir))
-        if replaced:
-            client.set_tag(run_id, "loopscale.replaces", ",".join(replaced))
-        os.environ.setdefault(SUPPRESS_URLS, "true")  # else MLflow prints the run's URL, password included
-        with _signals_held():
+            except Exception as err:  # see read_trial_runs
+                raise ValueError(redact(f"cannot log the analysis to {uri}: {type(err).__name__}: {err}"
+                                        .splitlines()[0])) from None
+            replaced = [run.info.run_id for run in earlier]
+            now = int(time.time() * 1000)
+            client.log_batch(run_id,
+                             metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if math.isfinite(v)],
+                             params=[Param(k, str(v)) for k, v in params.items()])
+            client.log_artifacts(run_id, str(out_dir))
+            if replaced:
+                client.set_tag(run_id, "loopscale.replaces", ",".join(replaced))
+            os.environ.setdefault(SUPPRESS_URLS, "true")  # else MLflow prints the run's URL, password included
+            if came:  # interrupted while logging: the old analysis stays; the signal is delivered on leaving
+                _discard(client, run_id, "KILLED")
+                return run_id, []
             _commit(client, run_id, earlier)
-            committed = True  # a signal held meanwhile is raised on leaving: the new run stays
-    except BaseException as exc:
-        if run_id and not committed:
-            with _signals_held():
-                _discard(client, run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
-        if isinstance(exc, Exception) and not isinstance(exc, ValueError):
+        except Exception as exc:
+            if run_id:
+                _discard(client, run_id, "FAILED")
+            if isinstance(exc, ValueError):
+                raise
             raise ValueError(redact(f"logging the analysis run {run_id} failed: {type(exc).__name__}: {exc}"
                                     .splitlines()[0])) from None
-        raise
     return run_id, replaced
 
 
@@ -202,18 +204,18 @@ def _discard(client: MlflowClient, run_id: str, status: str) -> None:
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
+def _signals_held() -> Iterator[list[int]]:
     """Hold SIGINT and SIGTERM off for a few store calls that must not be cut in two; a signal that came
     meanwhile is delivered to the previous handler on exit. Outside the main thread (no handlers there) a
     no-op."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield []
         return
     came: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: came.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield came
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: a handler set outside Python
