@@ -58,13 +58,14 @@ from typing import Any
 
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
-from loopscale.model import INJECTIONS, ISO_DEPTH, JointLaw, LoopedConfig, iso_depth_template
+from loopscale.model import INJECTIONS, ISO_DEPTH, LoopedConfig, iso_depth_template
 from loopscale.objectives.noise import Noise
 from loopscale.objectives import testing
 from loopscale.objectives.trial import OBJECTIVES
 
 from . import space
 from .overrides import apply_sets, effective_text
+from .preflight import check_folder
 from .space import STAGES, Calibration, Cell
 from .toml_table import Table, require
 
@@ -75,6 +76,9 @@ DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a c
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 MAX_NAME = 128
+MAX_CELLS = 256  # budgets x recurrences, ten times the paper's 6 x 4: each cell is sized width by width
+RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_UNIT_SCALING = 10,000)
+LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 # fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
 # spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
 _ADDED_FIELDS = {"information": 0.0, "deferred_budgets": 1}
@@ -139,6 +143,8 @@ class SweepSpec:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid TOML: {exc}") from None
+        except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+            raise ValueError(f"{file}: not valid TOML: its arrays or tables nest too deeply") from None
         raw = apply_sets(raw, sets)
         text = effective_text(text, raw, sets)
         raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -156,6 +162,8 @@ class SweepSpec:
         name = t.str("name", required=True)
         require(name.replace("-", "").replace("_", "").replace(".", "").isalnum(),
                  f"name {name!r} may use only letters, digits, '-', '_' and '.'")
+        # the printed `loopscale analyze --experiment NAME` must parse: a leading '-' reads as an option
+        require(name[0].isalnum(), f"name {name!r} must start with a letter or a digit")
         # it names folders (with Tune's suffixes) and files, whose names a file system caps at 255 bytes
         require(len(name.encode()) <= MAX_NAME, f"name is {len(name.encode())} bytes long; keep it to {MAX_NAME}")
         objective = t.choice("objective", OBJECTIVES, "train")
@@ -165,6 +173,14 @@ class SweepSpec:
         recurrences = tuple(t.list("recurrences", (int,), required=True))
         require(all(r >= 1 for r in recurrences), "recurrences must be >= 1")
         require(len(set(recurrences)) == len(recurrences), "recurrences has duplicates")
+        cells = len(budgets) * len(recurrences)  # each is sized width by width while parsing, and planned
+        require(cells <= MAX_CELLS, f"budgets x recurrences = {len(budgets)} x {len(recurrences)} = {cells} cells, "
+                                    f"more than {MAX_CELLS} (the paper's grid is 6 x 4 = 24); split the sweep")
+        keys: dict[str, float] = {}
+        for b in budgets:  # a cell key names a cell's studies, tags and rows: two cells must not share one
+            other = keys.setdefault(space.cell_key(b, 1), b)
+            require(other == b, f"budgets {other:.4g} and {b:.4g} share the cell key {space.cell_key(b, 1)[:-4]} "
+                                f"(3 significant digits); make them differ in the first three")
 
         template_table = Table(t.table("template"), "[template]", TEMPLATE_KEYS)
         template = {k: template_table.raw[k] for k in TEMPLATE_KEYS if k in template_table.raw}
@@ -198,21 +214,17 @@ class SweepSpec:
         require(information >= 0, f"information must be >= 0 (0 = off), got {information}")
         deferred = t.int("deferred_budgets", default=1)
         require(deferred >= 0, f"deferred_budgets must be >= 0 (0 = every cell takes its first trial), got {deferred}")
-        law = sim.table("law") or None
-        if law is not None:
-            try:
-                JointLaw(**{k: float(v) for k, v in law.items()})
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"[simulate] law needs exactly E, A, alpha, B, beta, phi as numbers: {exc}") from None
-            law = {k: float(v) for k, v in law.items()}
-            require(all(math.isfinite(v) for v in law.values()),
-                    f"[simulate] law must hold finite numbers, got {', '.join(f'{k} = {v}' for k, v in law.items())}")
+        law = _law(sim.table("law")) or None
 
         data = t.table("data") if "data" in raw else None
         recipe = t.table("recipe") if "recipe" in raw else None
         res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries"))
         cpus, gpus = res.number("cpus", default=1), res.number("gpus", default=0)
         require(cpus > 0 and gpus >= 0, f"[resources] needs cpus > 0 and gpus >= 0, got cpus={cpus}, gpus={gpus}")
+        for key, amount in (("cpus", cpus), ("gpus", gpus)):  # Ray refuses finer amounts once it runs the trial
+            units = amount / RAY_RESOURCE_UNIT
+            require(abs(units - round(units)) < 1e-6 and (amount == 0 or round(units) >= 1),
+                    f"[resources] {key} = {amount:g}: Ray counts resources in steps of {RAY_RESOURCE_UNIT:g}")
         max_concurrent = res.int("max_concurrent")
         require(max_concurrent is None or max_concurrent >= 1, "[resources] max_concurrent must be >= 1")
         workers = res.int("workers", default=1)
@@ -278,8 +290,8 @@ class SweepSpec:
         require(not (spec.tracking_uri.startswith("sqlite:") and "?" in spec.tracking_uri),
                 f"tracking_uri {spec.tracking_uri!r} carries options ({spec.tracking_uri.partition('?')[2]}); a sweep "
                 "writes its store: name the database file alone")
-        require("://" in spec.storage or not Path(spec.storage).exists() or Path(spec.storage).is_dir(),
-                f"storage {spec.storage} is a file; name a folder for Tune's state")
+        for key in ("storage", "cache_dir"):
+            check_folder(key, getattr(spec, key))
         return spec
 
     # ---- derived -------------------------------------------------------------------------------------
@@ -375,6 +387,19 @@ TOP_KEYS = (
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
+
+
+def _law(table: dict[str, Any]) -> dict[str, float]:
+    """``[simulate] law``: L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta (model/law.py); a simulated trial
+    takes log L, so L must be positive for every model: E >= 0 and positive A, alpha, B, beta ({} = absent)."""
+    if not table:
+        return {}
+    t = Table(table, "[simulate] law", LAW_CONSTANTS)
+    law = {k: float(t.number(k, required=True)) for k in LAW_CONSTANTS}
+    require(law["E"] >= 0, f"[simulate] law needs E >= 0 (the irreducible loss), got E = {law['E']:g}")
+    for k in ("A", "alpha", "B", "beta"):
+        require(law[k] > 0, f"[simulate] law needs {k} > 0, got {k} = {law[k]:g}")
+    return law
 
 
 def _absolute(path: str) -> str:

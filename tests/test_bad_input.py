@@ -152,7 +152,7 @@ SPEC_MISTAKES: list[tuple[str, Any, str]] = [
      "carries options (mode=ro)"),
     ("a NaN in the simulated law", {"simulate": {"law": {"E": float("nan"), "A": 1.0, "alpha": 0.3, "B": 1.0,
                                                          "beta": 0.3, "phi": 0.5}}},
-     "[simulate] law must hold finite numbers, got E = nan"),
+     "E in [simulate] law must be a finite number, got nan"),
 ]
 
 
