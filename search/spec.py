@@ -79,9 +79,13 @@ MAX_NAME = 128
 MAX_CELLS = 256  # budgets x recurrences, ten times the paper's 6 x 4: each cell is sized width by width
 RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_UNIT_SCALING = 10,000)
 LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
-# fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
-# spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
-_ADDED_FIELDS = {"information": 0.0, "deferred_budgets": 1}
+PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
+
+
+def added(default: Any) -> Any:
+    """A field added after sweeps were started: left out of ``spec_hash`` while it holds ``default``, the value
+    that behaves as those sweeps did, so an upgrade does not turn a resumable sweep into a "different spec"."""
+    return field(default=default, metadata={"hashed_unless": default})
 
 
 @dataclass(frozen=True)
@@ -109,21 +113,22 @@ class SweepSpec:
     calibrate: Calibration | None
     cpus_per_trial: float
     gpus_per_trial: float
-    workers: int  # data-parallel workers of one training trial, each with cpus_per_trial and gpus_per_trial
-    max_concurrent: int | None
-    retries: int
-    tracking_uri: str
-    storage: str
-    cache_dir: str
-    address: str | None
+    # data-parallel workers of one training trial, each with cpus_per_trial and gpus_per_trial
+    workers: int = field(metadata=PLACEMENT)
+    max_concurrent: int | None = field(metadata=PLACEMENT)
+    retries: int = field(metadata=PLACEMENT)
+    tracking_uri: str = field(metadata=PLACEMENT)
+    storage: str = field(metadata=PLACEMENT)
+    cache_dir: str = field(metadata=PLACEMENT)
+    address: str | None = field(metadata=PLACEMENT)
     source: str = field(default="", compare=False)  # where it was read from, for messages
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
     cell_noise: float = Noise().cell_noise
     misspec: float = Noise().misspec
     tolerance: float = DEFAULT_TOLERANCE
     branches: bool = False
-    information: float = 0.0
-    deferred_budgets: int = 1
+    information: float = added(0.0)
+    deferred_budgets: int = added(1)
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -344,13 +349,13 @@ class SweepSpec:
         return self.max_concurrent or max(1, int(cpus_available // per_trial))
 
     def design(self) -> dict[str, Any]:
-        """What the sweep measures: every field but where it runs and logs (those may move between resumes) and
-        the fields added since sweeps were started while they hold the value that behaves as before
-        (``_ADDED_FIELDS``): a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
-        skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
-                "workers", "testing"}
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in skip and not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
+        """What the sweep measures, as each field declares it: every compared field but the ``PLACEMENT`` ones,
+        and an ``added`` field only where it differs from the value that behaves as before it was added (a
+        sweep started by an earlier version keeps its ``spec_hash`` and resumes)."""
+        values = dataclasses.asdict(self)
+        return {f.name: values[f.name] for f in dataclasses.fields(self)
+                if f.compare and not f.metadata.get("placement")
+                and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}
 
     @property
     def spec_hash(self) -> str:
