@@ -395,13 +395,13 @@ TOP_KEYS = (
 
 
 def _law(table: dict[str, Any]) -> dict[str, float]:
-    """``[simulate] law``: L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta (model/law.py); a simulated trial
-    takes log L, so L must be positive for every model: E >= 0 and positive A, alpha, B, beta ({} = absent)."""
+    """``[simulate] law``: L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta (model/law.py), with positive A,
+    alpha, B, beta (a negative one fails every trial: it takes log L); E may be negative, which fails the trials
+    of the models whose L then is (the search tests' way to fail some trials); {} = absent."""
     if not table:
         return {}
     t = Table(table, "[simulate] law", LAW_CONSTANTS)
     law = {k: float(t.number(k, required=True)) for k in LAW_CONSTANTS}
-    require(law["E"] >= 0, f"[simulate] law needs E >= 0 (the irreducible loss), got E = {law['E']:g}")
     for k in ("A", "alpha", "B", "beta"):
         require(law[k] > 0, f"[simulate] law needs {k} > 0, got {k} = {law[k]:g}")
     return law

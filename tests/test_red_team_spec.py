@@ -23,7 +23,7 @@ MISTAKES = [
     ("a boolean law constant", {"simulate": {"law": {**LAW, "E": True}}}, "E in [simulate] law must be a number"),
     ("a string law constant", {"simulate": {"law": {**LAW, "A": "1"}}}, "A in [simulate] law must be a number"),
     ("a negative law constant", {"simulate": {"law": {**LAW, "B": -400.0}}}, "[simulate] law needs B > 0"),
-    ("a negative irreducible loss", {"simulate": {"law": {**LAW, "E": -1.0}}}, "[simulate] law needs E >= 0"),
+    ("a negative exponent", {"simulate": {"law": {**LAW, "alpha": -0.3}}}, "[simulate] law needs alpha > 0"),
     ("a name that reads as an option", {"name": "-rf"}, "name '-rf' must start with a letter or a digit"),
     ("more cells than a sweep should hold", {"budgets": [1e12 * (k + 1) for k in range(400)]},
      f"800 cells, more than {MAX_CELLS}"),
