@@ -21,6 +21,8 @@ _KEY = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 def parse_set(item: str) -> tuple[tuple[str, ...], Any]:
     """``"widths.s_max=8"`` -> (("widths", "s_max"), 8); a ValueError in one line for a malformed item."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in item):  # a newline would end the value, and the logged comment
+        raise ValueError(f"--set {item!r}: holds a control character (a newline?); one item is one key=value line")
     key, sep, text = item.partition("=")
     key, text = key.strip(), text.strip()
     if not sep or not _KEY.match(key):
@@ -29,6 +31,8 @@ def parse_set(item: str) -> tuple[tuple[str, ...], Any]:
         raise ValueError(f"--set {item!r}: no value after '='")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
+    except RecursionError:
+        raise ValueError(f"--set {item[:40]!r}...: the value nests too deeply") from None
     except tomllib.TOMLDecodeError:
         if not re.fullmatch(r"[A-Za-z0-9_.:/+-]+", text):
             raise ValueError(f"--set {item!r}: {text!r} is not a TOML value (quote strings: key=\"...\")") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 CONNECT_TIMEOUT_S = 5.0
@@ -48,6 +49,23 @@ def nearest_existing(path: str | os.PathLike) -> Path:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     return existing
+
+
+def check_folder(label: str, path: str) -> None:
+    """A local folder the sweep will create must be creatable: its nearest existing ancestor a folder in which
+    a folder can be made (tried, and removed at once: permissions alone do not tell for /proc or a read-only
+    mount, nor for root). Object-storage URIs pass."""
+    if "://" in path or Path(path).is_dir():
+        return
+    parent = nearest_existing(path)
+    if parent == Path(path):
+        raise ValueError(f"{label} {path} is a file; name a folder")
+    if not parent.is_dir():
+        raise ValueError(f"{label} {path} cannot be made: {parent} is not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".loopscale-probe-"))
+    except OSError as exc:
+        raise ValueError(f"{label} {path} cannot be made in {parent}: {exc.strerror or exc}") from None
 
 
 def free_bytes(path: str | os.PathLike) -> int:

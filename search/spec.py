@@ -58,13 +58,14 @@ from typing import Any
 
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
-from loopscale.model import INJECTIONS, ISO_DEPTH, JointLaw, LoopedConfig, iso_depth_template
+from loopscale.model import INJECTIONS, ISO_DEPTH, LoopedConfig, iso_depth_template
 from loopscale.objectives.noise import Noise
 from loopscale.objectives import testing
 from loopscale.objectives.trial import OBJECTIVES
 
 from . import space
 from .overrides import apply_sets, effective_text
+from .preflight import check_folder
 from .space import STAGES, Calibration, Cell
 from .toml_table import Table, require
 
@@ -75,9 +76,16 @@ DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a c
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
 MAX_NAME = 128
-# fields added since sweeps were started, with the value that behaves as the sweeps before them did: left out of
-# spec_hash at that value (``SweepSpec.design``), so an upgrade does not turn a resumable sweep into a "different spec"
-_ADDED_FIELDS = {"information": 0.0, "deferred_budgets": 1}
+MAX_CELLS = 256  # budgets x recurrences, ten times the paper's 6 x 4: each cell is sized width by width
+RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_UNIT_SCALING = 10,000)
+LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
+PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
+
+
+def added(default: Any) -> Any:
+    """A field added after sweeps were started: left out of ``spec_hash`` while it holds ``default``, the value
+    that behaves as those sweeps did, so an upgrade does not turn a resumable sweep into a "different spec"."""
+    return field(default=default, metadata={"hashed_unless": default})
 
 
 @dataclass(frozen=True)
@@ -105,21 +113,22 @@ class SweepSpec:
     calibrate: Calibration | None
     cpus_per_trial: float
     gpus_per_trial: float
-    workers: int  # data-parallel workers of one training trial, each with cpus_per_trial and gpus_per_trial
-    max_concurrent: int | None
-    retries: int
-    tracking_uri: str
-    storage: str
-    cache_dir: str
-    address: str | None
+    # data-parallel workers of one training trial, each with cpus_per_trial and gpus_per_trial
+    workers: int = field(metadata=PLACEMENT)
+    max_concurrent: int | None = field(metadata=PLACEMENT)
+    retries: int = field(metadata=PLACEMENT)
+    tracking_uri: str = field(metadata=PLACEMENT)
+    storage: str = field(metadata=PLACEMENT)
+    cache_dir: str = field(metadata=PLACEMENT)
+    address: str | None = field(metadata=PLACEMENT)
     source: str = field(default="", compare=False)  # where it was read from, for messages
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
     cell_noise: float = Noise().cell_noise
     misspec: float = Noise().misspec
     tolerance: float = DEFAULT_TOLERANCE
     branches: bool = False
-    information: float = 0.0
-    deferred_budgets: int = 1
+    information: float = added(0.0)
+    deferred_budgets: int = added(1)
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -139,6 +148,8 @@ class SweepSpec:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{file}: not valid TOML: {exc}") from None
+        except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+            raise ValueError(f"{file}: not valid TOML: its arrays or tables nest too deeply") from None
         raw = apply_sets(raw, sets)
         text = effective_text(text, raw, sets)
         raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -156,6 +167,8 @@ class SweepSpec:
         name = t.str("name", required=True)
         require(name.replace("-", "").replace("_", "").replace(".", "").isalnum(),
                  f"name {name!r} may use only letters, digits, '-', '_' and '.'")
+        # the printed `loopscale analyze --experiment NAME` must parse: a leading '-' reads as an option
+        require(name[0].isalnum(), f"name {name!r} must start with a letter or a digit")
         # it names folders (with Tune's suffixes) and files, whose names a file system caps at 255 bytes
         require(len(name.encode()) <= MAX_NAME, f"name is {len(name.encode())} bytes long; keep it to {MAX_NAME}")
         objective = t.choice("objective", OBJECTIVES, "train")
@@ -165,6 +178,14 @@ class SweepSpec:
         recurrences = tuple(t.list("recurrences", (int,), required=True))
         require(all(r >= 1 for r in recurrences), "recurrences must be >= 1")
         require(len(set(recurrences)) == len(recurrences), "recurrences has duplicates")
+        cells = len(budgets) * len(recurrences)  # each is sized width by width while parsing, and planned
+        require(cells <= MAX_CELLS, f"budgets x recurrences = {len(budgets)} x {len(recurrences)} = {cells} cells, "
+                                    f"more than {MAX_CELLS} (the paper's grid is 6 x 4 = 24); split the sweep")
+        keys: dict[str, float] = {}
+        for b in budgets:  # a cell key names a cell's studies, tags and rows: two cells must not share one
+            other = keys.setdefault(space.cell_key(b, 1), b)
+            require(other == b, f"budgets {other:.4g} and {b:.4g} share the cell key {space.cell_key(b, 1)[:-4]} "
+                                f"(3 significant digits); make them differ in the first three")
 
         template_table = Table(t.table("template"), "[template]", TEMPLATE_KEYS)
         template = {k: template_table.raw[k] for k in TEMPLATE_KEYS if k in template_table.raw}
@@ -198,21 +219,17 @@ class SweepSpec:
         require(information >= 0, f"information must be >= 0 (0 = off), got {information}")
         deferred = t.int("deferred_budgets", default=1)
         require(deferred >= 0, f"deferred_budgets must be >= 0 (0 = every cell takes its first trial), got {deferred}")
-        law = sim.table("law") or None
-        if law is not None:
-            try:
-                JointLaw(**{k: float(v) for k, v in law.items()})
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"[simulate] law needs exactly E, A, alpha, B, beta, phi as numbers: {exc}") from None
-            law = {k: float(v) for k, v in law.items()}
-            require(all(math.isfinite(v) for v in law.values()),
-                    f"[simulate] law must hold finite numbers, got {', '.join(f'{k} = {v}' for k, v in law.items())}")
+        law = _law(sim.table("law")) or None
 
         data = t.table("data") if "data" in raw else None
         recipe = t.table("recipe") if "recipe" in raw else None
         res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries"))
         cpus, gpus = res.number("cpus", default=1), res.number("gpus", default=0)
         require(cpus > 0 and gpus >= 0, f"[resources] needs cpus > 0 and gpus >= 0, got cpus={cpus}, gpus={gpus}")
+        for key, amount in (("cpus", cpus), ("gpus", gpus)):  # Ray refuses finer amounts once it runs the trial
+            units = amount / RAY_RESOURCE_UNIT
+            require(abs(units - round(units)) < 1e-6 and (amount == 0 or round(units) >= 1),
+                    f"[resources] {key} = {amount:g}: Ray counts resources in steps of {RAY_RESOURCE_UNIT:g}")
         max_concurrent = res.int("max_concurrent")
         require(max_concurrent is None or max_concurrent >= 1, "[resources] max_concurrent must be >= 1")
         workers = res.int("workers", default=1)
@@ -278,8 +295,8 @@ class SweepSpec:
         require(not (spec.tracking_uri.startswith("sqlite:") and "?" in spec.tracking_uri),
                 f"tracking_uri {spec.tracking_uri!r} carries options ({spec.tracking_uri.partition('?')[2]}); a sweep "
                 "writes its store: name the database file alone")
-        require("://" in spec.storage or not Path(spec.storage).exists() or Path(spec.storage).is_dir(),
-                f"storage {spec.storage} is a file; name a folder for Tune's state")
+        for key in ("storage", "cache_dir"):
+            check_folder(key, getattr(spec, key))
         return spec
 
     # ---- derived -------------------------------------------------------------------------------------
@@ -332,13 +349,13 @@ class SweepSpec:
         return self.max_concurrent or max(1, int(cpus_available // per_trial))
 
     def design(self) -> dict[str, Any]:
-        """What the sweep measures: every field but where it runs and logs (those may move between resumes) and
-        the fields added since sweeps were started while they hold the value that behaves as before
-        (``_ADDED_FIELDS``): a sweep started by an earlier version keeps its ``spec_hash`` and resumes."""
-        skip = {"tracking_uri", "storage", "cache_dir", "address", "source", "text", "max_concurrent", "retries",
-                "workers", "testing"}
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in skip and not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
+        """What the sweep measures, as each field declares it: every compared field but the ``PLACEMENT`` ones,
+        and an ``added`` field only where it differs from the value that behaves as before it was added (a
+        sweep started by an earlier version keeps its ``spec_hash`` and resumes)."""
+        values = dataclasses.asdict(self)
+        return {f.name: values[f.name] for f in dataclasses.fields(self)
+                if f.compare and not f.metadata.get("placement")
+                and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}
 
     @property
     def spec_hash(self) -> str:
@@ -375,6 +392,19 @@ TOP_KEYS = (
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
+
+
+def _law(table: dict[str, Any]) -> dict[str, float]:
+    """``[simulate] law``: L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta (model/law.py), with positive A,
+    alpha, B, beta (a negative one fails every trial: it takes log L); E may be negative, which fails the trials
+    of the models whose L then is (the search tests' way to fail some trials); {} = absent."""
+    if not table:
+        return {}
+    t = Table(table, "[simulate] law", LAW_CONSTANTS)
+    law = {k: float(t.number(k, required=True)) for k in LAW_CONSTANTS}
+    for k in ("A", "alpha", "B", "beta"):
+        require(law[k] > 0, f"[simulate] law needs {k} > 0, got {k} = {law[k]:g}")
+    return law
 
 
 def _absolute(path: str) -> str:

@@ -5,7 +5,7 @@ starts, and a store the command was pointed at is left untouched.
 Spec mistakes are driven through ``search.cli.main`` in-process (fast); one test runs the console entry point
 (``python -m search.cli``) as a subprocess to prove the exit code and the absence of a traceback. The spec
 parser's own messages are covered mistake by mistake in test_spec.py and at random in test_spec_properties.py;
-here each class of mistake of the issue goes end to end.
+here each class of mistake goes end to end.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ SPEC_MISTAKES: list[tuple[str, Any, str]] = [
     ("misspelled data key", lambda root: to_toml(base_spec(
         root, tracking_uri=None, storage=None, cache_dir=None, objective="train", data={"sorce": "kjv"}, recipe={})),
      "unknown key 'sorce' for source 'kjv' (did you mean 'source'?)"),
-    # issue 14: these started Ray, or wrote state, before failing
+    # these once started Ray, or wrote state, before failing
     ("a 300-character name", {"name": "n" * 300}, "name is 300 bytes long; keep it to 128"),
     ("a file as the Tune storage", lambda root: to_toml(base_spec(
         root, tracking_uri=None, storage=str(a_file(root / "tune")), cache_dir=None)), "is a file; name a folder"),
@@ -152,7 +152,7 @@ SPEC_MISTAKES: list[tuple[str, Any, str]] = [
      "carries options (mode=ro)"),
     ("a NaN in the simulated law", {"simulate": {"law": {"E": float("nan"), "A": 1.0, "alpha": 0.3, "B": 1.0,
                                                          "beta": 0.3, "phi": 0.5}}},
-     "[simulate] law must hold finite numbers, got E = nan"),
+     "E in [simulate] law must be a finite number, got nan"),
 ]
 
 
@@ -311,7 +311,7 @@ def test_console_exit_code_is_2_with_one_line_and_no_traceback(tmp_path):
     assert snapshot(tmp_path) == before and spec.exists()
 
 
-# ---- issue 14: outputs, ports, hosts, runs tables ------------------------------------------------------------
+# ---- outputs, ports, hosts, runs tables --------------------------------------------------------------------
 def test_analyze_and_export_refuse_an_out_of_the_wrong_kind_before_any_work(workdir, capsys):
     (workdir / "a-file").write_text("x")
     (workdir / "a-folder").mkdir()

@@ -90,7 +90,7 @@ def test_demo_preset_covers_what_the_demo_promises():
     spec = SweepSpec.from_toml("demo")
     assert spec.objective == "train" and len(spec.budgets) >= 3 and set(spec.recurrences) >= {1, 2, 4}
     assert spec.template["vocab_size"] == 256  # byte-level KJV
-    # identifiability (issue 15): budgets over 4.5x from 3e11 (lower budgets sat at the narrowest width near a loss
+    # identifiability of the law: budgets over 4.5x from 3e11 (lower budgets sat at the narrowest width near a loss
     # plateau the law cannot follow: search/presets/demo.toml), warmdown branches at every smaller budget
     assert max(spec.budgets) / min(spec.budgets) >= 4.5 and min(spec.budgets) >= 3e11
     assert spec.recipe["schedule"] == "wsd" and spec.recipe["branch_budgets"] == sorted(spec.budgets)[:-1]

@@ -63,7 +63,8 @@ def valid_specs(draw) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": draw(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,15}", fullmatch=True)),
         "objective": "simulate", "seed": draw(st.integers(0, 2**31)),
-        "budgets": sorted({float(floor * 10**f) for f in factors}), "recurrences": recurrences,
+        "budgets": sorted({f"{floor * 10**f:.3g}": float(floor * 10**f) for f in factors}.values()),  # one per key
+        "recurrences": recurrences,
         "seq_len": seq_len, "batch_tokens": batch_tokens, "val_tokens": draw(st.integers(1, 10**6)),
         "trials_per_cell": draw(st.integers(1, 8)), "sampler": draw(st.sampled_from(SAMPLERS)),
         "min_steps": min_steps, "first_guess_tokens_per_param": draw(st.floats(0.5, 200.0)),

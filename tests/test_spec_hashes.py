@@ -1,0 +1,86 @@
+"""A sweep started by an earlier loopscale resumes after an upgrade: the spec hash of every shipped preset, and
+of specs with the optional keys set, is the one recorded in tests/fixtures/spec_hashes.json (computed by the
+code that started those sweeps), and a finished sweep's real state folder (tests/fixtures/smoke-sweep.tar.gz:
+``loopscale search smoke --objective simulate``) resumes as complete, with no run added."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from loopscale.search import SweepSpec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LAW = "simulate.law={E = 1.5, A = 400.0, alpha = 0.3, B = 400.0, beta = 0.3, phi = 0.5}"
+# name -> (preset, --objective, --set items); the stores are set per test (they are not hashed)
+CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+    "smoke": ("smoke", None, ()),
+    "demo": ("demo", None, ()),
+    "paper": ("paper", None, ()),
+    "smoke-simulate": ("smoke", "simulate", ()),
+    "demo-simulate": ("demo", "simulate", ()),
+    "paper-simulate": ("paper", "simulate", ()),
+    "smoke-train": ("smoke", "train", ()),
+    "information": ("smoke", None, ("information=0.5",)),
+    "branches": ("smoke", None, ("branches=true",)),
+    "branches-deferred-2": ("smoke", None, ("branches=true", "deferred_budgets=2")),
+    "branches-deferred-0": ("smoke", None, ("branches=true", "deferred_budgets=0")),
+    "tolerance": ("smoke", None, ("tolerance=0.05",)),
+    "tokens-per-param": ("smoke", None, ("widths.tokens_per_param=[5, 400]",)),
+    "law-and-noise": ("smoke", None, (LAW, "simulate.cell_noise=0.02", "simulate.misspec=0.01")),
+    "template": ("smoke", None, ("template.injection=additive", "template.bptt_k=2", "template.vocab_size=300")),
+    "hyperconnect": ("smoke", None, ("template.injection=hyperconnect", "template.lanes=2")),
+    "placement": ("smoke", None, ("resources.workers=2", "resources.max_concurrent=3", "resources.retries=0",
+                                  'address=""')),
+    "resources": ("smoke", None, ("resources.cpus=2", "resources.gpus=1")),
+    "grid": ("smoke", None, ("sampler=gp", "first_guess_tokens_per_param=30", "seed=7", "min_steps=5",
+                             "trials_per_cell=2", "budgets=[1e12, 3e12]", "recurrences=[1, 2]",
+                             "seq_len=32", "batch_tokens=256", "val_tokens=1024", "name=other")),
+    "widths": ("smoke", None, ("widths.s_min=2", "widths.s_max=8")),
+    "recipe": ("smoke", None, ("recipe.base_lr=0.03", "calibrate.trials=2", "calibrate.param=base_lr")),
+    "bpe": ("smoke", None, ("data.tokenizer=bpe", "calibrate.budget=5e10")),
+    "demo-set": ("demo", None, ("trials_per_cell=2", "recipe.branch_budgets=[3e11]", "branches=true")),
+}
+
+
+def load(case: str, tmp_path: Path) -> SweepSpec:
+    preset, objective, sets = CASES[case]
+    stores = (f"storage={tmp_path / 'tune'}", f"cache_dir={tmp_path / 'cache'}",
+              f"tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    return SweepSpec.from_toml(preset, [*sets, *stores], objective=objective)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_hash_of_a_started_sweep_is_kept(case, tmp_path):
+    expected = json.loads((FIXTURES / "spec_hashes.json").read_text())
+    assert load(case, tmp_path).spec_hash == expected[case]
+
+
+def test_where_a_sweep_runs_is_not_hashed(tmp_path):
+    assert load("placement", tmp_path).spec_hash == load("smoke", tmp_path / "elsewhere").spec_hash
+
+
+def _runs(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("select count(*) from runs").fetchone()[0]
+
+
+def test_a_finished_sweep_of_an_earlier_version_resumes(tmp_path):
+    with tarfile.open(FIXTURES / "smoke-sweep.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    db = tmp_path / "mlflow.db"
+    before = _runs(db)
+    assert before == 19  # the sweep's parent run and its 18 trials
+    out = subprocess.run(
+        [sys.executable, "-m", "loopscale.search.cli", "search", "smoke", "--objective", "simulate", "--resume",
+         "--set", f"storage={tmp_path / 'tune'}", "--set", f"cache_dir={tmp_path / 'cache'}",
+         "--set", f"tracking_uri=sqlite:///{db}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "already complete" in out.stdout and "nothing to do" in out.stdout, out.stdout
+    assert _runs(db) == before
