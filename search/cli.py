@@ -58,7 +58,8 @@ def _set_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .plan import measure_throughput, render_plan
+    from .plan.probe import measure_throughput
+    from .plan.render import render_plan
     from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
