@@ -33,7 +33,7 @@ A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss end
 what was actually trained.
 
 Data parallel: called in every process of an initialised ``torch.distributed`` group (k workers: Ray Train
-sets it up, search/tune_runner.py), each process trains the same model (same seed) on its ``1/k`` share of
+sets it up, search/tune/trial.py), each process trains the same model (same seed) on its ``1/k`` share of
 every optimizer step's rows, and ``DistributedDataParallel`` averages the gradients, so the update is the
 one-process update on the whole batch up to floating-point summation order: the global batch, tokens, FLOPs
 and the loss curve are those of one worker. Reported losses and the validation loss are averaged over the

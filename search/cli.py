@@ -58,7 +58,8 @@ def _set_argument(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .plan import measure_throughput, render_plan
+    from .plan.probe import measure_throughput
+    from .plan.render import render_plan
     from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
@@ -125,7 +126,7 @@ def _search(args: argparse.Namespace) -> int:
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective, address=args.address,
                                tracking_uri=args.tracking_uri)
-    from .tune_runner import run_search  # imports Ray (~2 s): only once the spec is known to be good
+    from .tune.driver import run_search  # imports Ray (~2 s): only once the spec is known to be good
 
     run_search(spec, resume=args.resume, verbose=args.verbose)
     return 0

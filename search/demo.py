@@ -16,7 +16,7 @@ def run_demo(tracking_uri: str | None = None, verbose: bool = False) -> int:
     """Search (resuming or reusing earlier state), analyse, and point at the results."""
     from loopscale.analysis.cli import analyze_experiment
 
-    from .tune_runner import run_search  # imports Ray: only when the demo really runs
+    from .tune.driver import run_search  # imports Ray: only when the demo really runs
 
     spec = SweepSpec.from_toml("demo", tracking_uri=tracking_uri)
     run_search(spec, resume=True, verbose=verbose)

@@ -50,10 +50,9 @@ its cell. Order (``waits``): the cell just below each r's largest budget takes n
 largest is open (when r has cheaper cells, which are then what the law is fitted on first): the largest cell's
 three widths reach it as branches and often bracket its optimum alone, and its own trials fill what is left.
 Every other cell takes its first trial in the cost-aware order, then waits while a larger cell of its r is open,
-so its bracket too is filled by the larger cells' branches first. Measured against branches into the next budget
-alone, with each cell's first trial at once (the sweep of tests/benchmarks/bench_search_quality.py, 80 seeds,
-paired): 58.3% of the paper grid's FLOPs instead of 62.3%, at a phi RMSE 1.03 times as large (0.90-1.18), the
-same precision per FLOP. A branch point shares its trial's noise, so branches buy no extra precision: they buy
+so its bracket too is filled by the larger cells' branches first: against branches into the next budget alone,
+with each cell's first trial at once, this spends fewer FLOPs for the same precision of phi per FLOP
+(tests/benchmarks/bench_search_quality.py compares them). A branch point shares its trial's noise, so branches buy no extra precision: they buy
 the dear cells' brackets.
 
 Free slots (``holds_back``): while any trial runs, a cell takes no free slot when a trial now would be a guess
@@ -62,9 +61,8 @@ already bracket its best (or, before any result, its running) width; it waits fo
 (``waits``); or it has no trial yet while a cheaper cell of its r that takes trials of its own has no result, so
 that its width is proposed by a law that has seen the cheaper cells of its r. The slot then stays idle until a
 result arrives, unless another cell can use it; when nothing runs, every open cell may take it. Filling every
-free slot instead spent more the more slots a sweep has (the benchmark's sweep, 20 seeds: 57.5%, 77.2% and 86.8%
-of the paper grid's FLOPs on 4, 8 and 16 slots, 90% of cells interior on 16); with this rule 55.5%, 59.6% and
-62.6%, 97-99% interior, the sweep ending 2% later on 4 slots, as soon on 8 and 11% later on 16.
+free slot instead spends more FLOPs the more slots a sweep has, on guesses, and leaves more cells without an
+interior optimum; holding back costs little wall time (the benchmark's sweep measures both).
 
 Uncertainty: the Gauss-Newton covariance of the fitted parameters, s^2 (J^T J)^+ with J the Jacobian of the
 predicted log-loss and s^2 the residual variance; ``DRAWS`` seeded draws from it give a spread of each

@@ -4,7 +4,7 @@ The driver holds one ``StopRequest`` per ``run_search``. The first SIGINT (Ctrl-
 stop: trials that finished are logged, running ones are left for ``--resume``, and the command exits with
 128 + the signal number (130, 143) and one line saying how to resume. A second signal aborts at once. A failing
 MLflow store or a full disk asks for the same clean stop, and the command ends with one error line instead of a
-traceback per trial. Nothing here knows Ray: ``tune_runner`` turns a request into Tune's own graceful stop.
+traceback per trial. Nothing here knows Ray: ``search/tune`` turns a request into Tune's own graceful stop.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def interrupt(signum: int, frame: Any) -> None:
     """SIGINT or SIGTERM before a sweep takes them over (imports, the spec, another subcommand): out at once,
     as KeyboardInterrupt for SIGINT (what ``loopscale ui`` waits for) and ``SweepInterrupted`` for SIGTERM.
     The signal is noted too, as CPython 3.11's ``compile`` drops an exception that a handler raises while it
-    runs: an import that compiles a module without a current .pyc loses it (measured: 144 of 213 timer
-    signals that landed in ``compile``), so ``raise_if_interrupted`` raises it again after the imports."""
+    runs: an import that compiles a module without a current .pyc loses it, so ``raise_if_interrupted`` raises
+    it again after the imports."""
     _received.append(signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
@@ -85,13 +85,13 @@ def raise_if_interrupted() -> None:
 def signals_noted() -> Iterator[list[int]]:
     """The signals that arrived inside the block (SIGINT, SIGTERM, any other with a Python handler), in order,
     filled in when it ends: whichever handler ran, and even where its exception was swallowed (Python ignores
-    an exception raised inside, e.g., a ``__del__`` or ``logging``'s ``_releaseLock``: seen as 2 of 40 SIGTERMs
-    during ``ray.init`` lost, the sweep then running to its end). Python's own C-level handler writes each
+    an exception raised inside, e.g., a ``__del__`` or ``logging``'s ``_releaseLock``, as a SIGTERM during
+    ``ray.init`` can be, the sweep then running to its end). Python's own C-level handler writes each
     signal's number to the wakeup fd (``signal.set_wakeup_fd``), a pipe here. Main thread only (elsewhere
     nothing is noted).
 
     Python also reports such a swallowed exception on stderr ("Exception ignored in: <function _releaseLock>",
-    a traceback ending in Ray's ``sys.exit(15)``: 2 of 80 SIGTERMs 2.5-8 s into a command on a busy machine,
+    a traceback ending in Ray's ``sys.exit(15)``, for a SIGTERM while Ray starts:
     tests/benchmarks/bench_start_signals.py). Inside the block a signal's exception (``SystemExit``,
     ``KeyboardInterrupt``, ``SweepInterrupted``) goes unreported, since the caller acts on the noted signal
     and says it in one line; any other goes to the hook there was."""
@@ -131,6 +131,10 @@ class StopRequest:
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Nothing asked yet: a new sweep."""
         self.signum: int | None = None
         self.failure = ""
         self.in_tune = False

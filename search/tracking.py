@@ -10,7 +10,7 @@ Layout (``analysis`` reads exactly this):
   config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every numeric metric of the trial's
   final result at step = its optimizer steps, plus the ``train_loss`` curve. A trial whose receipt a full
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
-  for ``--resume`` to write it back (``tune_runner.restore_receipts``).
+  for ``--resume`` to write it back (``tune.receipts.restore_receipts``).
 
 Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial, under the one
 sweep run of the store it logs to (``TrialTracker.open``): a trial whose run already FINISHED (or FAILED) is
@@ -19,7 +19,7 @@ sweep restarts it) keeps its earlier run, the curve that attempt streamed includ
 that ends when the new attempt reports its receipt (``run_trial``: the attempt trained to the end before).
 Only an attempt that trains again, and so streams its curve again from the first step, replaces that run.
 Runs of trials that never restart are deleted when the stage ends, except those of trials Tune ended (their
-receipts are logged into them afterwards: ``tune_runner._log_if_missing``). Each run starts when its trial
+receipts are logged into them afterwards: ``tune.stage._log_if_missing``). Each run starts when its trial
 starts, so its duration is the trial's. Writes are batched (``log_batch``): one batch creates the run (with
 the first curve points, ``flush_s`` after the trial starts, or with the result), then curve points every
 ``flush_s``, and one batch when it ends.

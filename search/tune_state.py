@@ -4,9 +4,9 @@ Tune keeps a stage's state in ``<storage>/<sweep>/<stage>/``: ``experiment_state
 trial's status), ``search_gen_state-<session>.json`` (a pickle, despite its name: how many trials Tune has
 created), ``searcher-state-<session>.pkl`` (the pickled ``CellSearcher``: the cells' Optuna studies) and
 ``tuner.pkl``. It writes a snapshot in its driver's staging folder every few seconds and copies it over the
-previous one in storage, in place, every sync period (``tune_runner`` makes that the snapshot period; Tune's
+previous one in storage, in place, every sync period (``tune/stage.py`` makes that the snapshot period; Tune's
 default is 5 minutes) and when the stage stops. A disk that fills up during such a copy leaves the files
-truncated (seen here: all three at 0 bytes between two syncs), and ``Tuner.restore`` cannot read them.
+truncated (all three can be left at 0 bytes between two syncs), and ``Tuner.restore`` cannot read them.
 
 ``StateKeeper.refresh`` (called by the driver at every step of the stage) copies the files to
 ``last-good-<n>/`` whenever Tune has put a new set in storage that reads back whole and is one snapshot (its
@@ -15,7 +15,7 @@ fewer trials than the searcher still has to propose, and the stage waits forever
 folder that counts once it is complete (and its sources unchanged meanwhile); the one before is removed only
 then. ``StateKeeper.recover`` puts the newest copy in place of damaged files. The stage then resumes from that
 snapshot, a few seconds older than the damaged one: the trials that finished since are started again by Tune
-and answered by their receipts (``tune_runner.run_trial``), as after a driver killed between two snapshots,
+and answered by their receipts (``tune.trial.run_trial``), as after a driver killed between two snapshots,
 so none runs twice and each is logged to MLflow once.
 
 Nothing here imports Ray: the file names are Tune's (``TuneController``, ``SearchGenerator`` and
@@ -35,7 +35,7 @@ from pathlib import Path
 STATE_FILES = ("experiment_state-*.json", "search_gen_state-*.json", "searcher-state-*.pkl", "tuner.pkl")
 COPY_PREFIX = "last-good-"
 COMPLETE = "complete"  # written last into a copy's folder: the copy is whole
-SNAPSHOT_S = 1.0  # Tune copies a snapshot's files within milliseconds, and writes one every 2 s (tune_runner)
+SNAPSHOT_S = 1.0  # Tune copies a snapshot's files within milliseconds, and writes one every 2 s (tune/stage.py)
 
 
 class StateKeeper:

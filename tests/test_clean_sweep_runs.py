@@ -19,7 +19,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
-from loopscale.search.tune_runner import run_search
+from loopscale.search.tune.driver import run_search
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -55,7 +55,7 @@ def ray_with_8_cpus():
 
 @pytest.mark.slow
 def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus, testing_aids):
-    from loopscale.search.tune_runner import run_search
+    from loopscale.search.tune.driver import run_search
 
     journal = tmp_path / "journal.jsonl"
     spec = SweepSpec.from_toml(write_spec(

@@ -27,7 +27,8 @@ from loopscale.analysis import exclusions, load_runs
 from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
-from loopscale.search.tune_runner import Receipt, run_search
+from loopscale.search.tune.driver import run_search
+from loopscale.search.tune.receipts import Receipt
 from test_kill_resume import kill_leftovers
 from test_spec import base_spec, to_toml
 

@@ -12,7 +12,7 @@ import ray
 from loopscale.analysis.cli import main as analysis_main
 from loopscale.model import count_params
 from loopscale.search import SweepSpec
-from loopscale.search.tune_runner import run_search
+from loopscale.search.tune.driver import run_search
 from test_search import trial_runs
 from test_spec import write_spec
 

@@ -28,7 +28,7 @@ from loopscale.objectives import simulate, testing
 from loopscale.search import SweepSpec
 from loopscale.search.stopping import StoreFailure, SweepInterrupted, signals_noted
 from loopscale.search.tracking import RECEIPT_TAG, open_sweep
-from loopscale.search.tune_runner import Receipt, restore_receipts
+from loopscale.search.tune.receipts import Receipt, restore_receipts
 from loopscale.search.tune_state import STATE_FILES, StateKeeper
 from loopscale.search.sweep_lock import LOCK_FILE, SweepLock
 from test_kill_resume import Driver, journal, journal_identity, ray_dir, trial_runs  # noqa: F401 (a fixture)

@@ -1,12 +1,14 @@
-"""The law sampler (search/law_sampler.py) driven as Tune drives it (CellSearcher.suggest / on_trial_complete),
-without Ray: seeded and deterministic, restorable from its pickle, bracketing beyond an edge, stopping at the
-tolerance, cheap cells first; warmdown branches into smaller open cells, their points counted there; and
-analysis flagging a cell whose best run is the edge of its widths."""
+"""The law sampler (search/law_sampler.py) driven as Tune drives it (``CellTrials.suggest`` and
+``on_trial_complete``, which the Tune searcher calls), without Ray: seeded and deterministic, restorable from
+its pickle, bracketing beyond an edge, stopping at the tolerance, cheap cells first; warmdown branches into
+smaller open cells, their points counted there; and analysis flagging a cell whose best run is the edge of its
+widths."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
 from types import SimpleNamespace
 
 import optuna
@@ -19,7 +21,8 @@ from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
 from loopscale.search.law_sampler import CellGeometry, LawSurrogate, fewest_trials
 from loopscale.search.space import cell_key
-from loopscale.search.tune_runner import CellSearcher, make_studies
+from loopscale.search.tune.cells import FINISHED, CellTrials
+from loopscale.search.tune.studies import make_studies
 
 BUDGETS = [4.64e17, 1e18, 2.15e18]
 
@@ -40,21 +43,21 @@ def branched(spec) -> SweepSpec:
     return dataclasses.replace(spec, branches=True)
 
 
-def drive(searcher: CellSearcher, steps: int | None = None) -> list[tuple[str, float]]:
+def drive(searcher: CellTrials, steps: int | None = None) -> list[tuple[str, float]]:
     """One trial at a time: suggest, simulate, complete. Returns the (cell, s) of each trial."""
     trials = []
     while steps is None or len(trials) < steps:
         config = searcher.suggest(f"t{len(trials)}")
-        if config is None or config == CellSearcher.FINISHED:
+        if config is None or config == FINISHED:
             break
         searcher.on_trial_complete(f"t{len(trials)}", simulate(TrialConfig.from_params(config["trial"])))
         trials.append((config["meta"]["cell"], config["trial"]["s"], tuple(config["trial"].get("branch_budgets", []))))
     return trials
 
 
-def test_same_seed_same_results_same_proposals_and_a_restored_searcher_continues_alike(spec, tmp_path):
-    first = drive(CellSearcher(make_studies(spec, "search", None)))
-    again = drive(CellSearcher(make_studies(spec, "search", None)))
+def test_same_seed_same_results_same_proposals_and_a_restored_searcher_continues_alike(spec):
+    first = drive(CellTrials(make_studies(spec, "search", None)))
+    again = drive(CellTrials(make_studies(spec, "search", None)))
     assert first == again
     cap = sum(c.n_trials for c in spec.cells())
     assert 3 * len(spec.cells()) <= len(first) < cap  # cells stop early, none with fewer than 3 widths
@@ -68,12 +71,9 @@ def test_same_seed_same_results_same_proposals_and_a_restored_searcher_continues
     assert budgets == sorted(budgets)
 
     # pickled half-way (as Tune saves the searcher) and restored: the same surrogate goes on the same way
-    searcher = CellSearcher(make_studies(spec, "search", None))
+    searcher = CellTrials(make_studies(spec, "search", None))
     head = drive(searcher, steps=len(first) // 2)
-    path = str(tmp_path / "searcher.pkl")
-    searcher.save(path)
-    restored = CellSearcher([])
-    restored.restore(path)
+    restored = pickle.loads(pickle.dumps(searcher))
     surrogate = next(iter(restored._studies.values())).surrogate
     assert surrogate.theta is not None and surrogate.fits > 0  # the law had been fitted before the save
     assert all(s.surrogate is surrogate for s in restored._studies.values())  # still ONE surrogate for all cells
@@ -223,7 +223,7 @@ def test_the_cell_just_below_each_rs_largest_waits_for_its_branches_before_its_f
     assert set(fewest_trials(two, branches=True).values()) == {1, 3}
     # driven as Tune drives it, one slot: each r's middle cell takes no trial of its own before its largest
     # cell has stopped, and it gets the largest cell's branches
-    searcher = CellSearcher(make_studies(branched, "search", None))
+    searcher = CellTrials(make_studies(branched, "search", None))
     trials = drive(searcher)
     surrogate = next(iter(searcher._studies.values())).surrogate
     for r in branched.recurrences:
@@ -270,13 +270,13 @@ def test_a_cell_leaves_a_free_slot_to_others_while_its_running_trials_may_settle
 
 
 def test_a_searcher_with_more_slots_than_cells_idles_rather_than_guess_and_still_finishes_every_cell(branched):
-    searcher = CellSearcher(make_studies(branched, "search", None))
+    searcher = CellTrials(make_studies(branched, "search", None))
     surrogate = next(iter(searcher._studies.values())).surrogate
     running, n, idled = {}, 0, 0
     while True:
         held = {k for k in searcher._studies if searcher._holds_back(k)}
         config = searcher.suggest(f"t{n}")
-        if config == CellSearcher.FINISHED:
+        if config == FINISHED:
             break
         if config is not None:
             assert not running or config["meta"]["cell"] not in held
@@ -327,10 +327,10 @@ def test_a_located_cell_takes_more_widths_only_while_they_pay_for_themselves_in_
 
 
 def test_a_sweep_with_information_spends_its_extra_trials_in_the_cheap_cells(spec):
-    plain = drive(CellSearcher(make_studies(dataclasses.replace(spec, information=0.0), "search", None)))
-    informed_trials = drive(CellSearcher(make_studies(spec, "search", None)))
+    plain = drive(CellTrials(make_studies(dataclasses.replace(spec, information=0.0), "search", None)))
+    informed_trials = drive(CellTrials(make_studies(spec, "search", None)))
     assert spec.information == 1.0  # the paper preset's
-    assert informed_trials == drive(CellSearcher(make_studies(spec, "search", None)))  # seeded, deterministic
+    assert informed_trials == drive(CellTrials(make_studies(spec, "search", None)))  # seeded, deterministic
     budget = {c.key: c.budget for c in spec.cells()}
 
     def count(trials, b):
@@ -340,9 +340,9 @@ def test_a_sweep_with_information_spends_its_extra_trials_in_the_cheap_cells(spe
 
 
 def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reaches_its_cell(spec, branched):
-    plain = drive(CellSearcher(make_studies(spec, "search", None)))
-    first = drive(CellSearcher(make_studies(branched, "search", None)))
-    assert first == drive(CellSearcher(make_studies(branched, "search", None)))
+    plain = drive(CellTrials(make_studies(spec, "search", None)))
+    first = drive(CellTrials(make_studies(branched, "search", None)))
+    assert first == drive(CellTrials(make_studies(branched, "search", None)))
     assert any(branches for _, _, branches in first)
     cells = {c.key: c for c in branched.cells()}
     assert all(b < cells[cell].budget for cell, _, branches in first for b in branches)  # only into smaller cells
@@ -352,7 +352,7 @@ def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reac
             "flops_spent"] for cell, s, b in trials)
     assert flops(first, branched) < flops(plain, spec)
     # every point a branch recorded is a result of its own cell in the surrogate
-    searcher = CellSearcher(make_studies(branched, "search", None))
+    searcher = CellTrials(make_studies(branched, "search", None))
     trials = drive(searcher)
     surrogate = next(iter(searcher._studies.values())).surrogate
     for cell, s, budgets in trials:
@@ -371,7 +371,7 @@ def test_a_calibration_brackets_the_recipes_rate_before_its_model_takes_over(tmp
     if base_lr is not None:
         demo = dataclasses.replace(demo, recipe={**demo.recipe, "base_lr": base_lr})
     cal, rate = demo.calibrate, demo.recipe["base_lr"]
-    searcher = CellSearcher(make_studies(demo, "calibrate", None))
+    searcher = CellTrials(make_studies(demo, "calibrate", None))
     tried = [searcher.suggest(f"c{i}")["trial"]["recipe"][cal.param] for i in range(3)]
     expected = [x for x in (rate, rate / 2, rate * 2) if cal.low <= x <= cal.high]
     assert tried[:len(expected)] == pytest.approx(expected)

@@ -9,7 +9,7 @@ from loopscale import objectives
 from loopscale.analysis.flops import PAPER_GRID
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
-from loopscale.search.plan import render_plan
+from loopscale.search.plan.render import render_plan
 
 from test_spec import to_toml
 

@@ -23,7 +23,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
-from loopscale.search.tune_runner import CellSearcher
+from loopscale.search.tune.searcher import CellSearcher
 from test_search import heads, journal_studies
 from test_spec import write_spec
 

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from loopscale import objectives
 from loopscale.model import JointLaw, PAPER_LAW, count_params, tokens_for_budget
 from loopscale.search import SweepSpec
-from loopscale.search.tune_runner import run_search
+from loopscale.search.tune.driver import run_search
 from test_spec import write_spec
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 from loopscale.search import SweepSpec
 from loopscale.search.cli import build_parser, main
 from loopscale.analysis.store import SUPPRESS_URLS
-from loopscale.search.tune_runner import _start_ray
+from loopscale.search.tune.cluster import start_ray
 from loopscale.search.ui import LOOPBACK, server_command
 from servers import mlflow_server
 from test_kill_resume import ray_dir  # noqa: F401  (a fixture)
@@ -164,7 +164,7 @@ def test_the_local_ray_a_sweep_starts_refuses_clients_without_its_token(tmp_path
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # Ray's default for a local cluster, as a user has it
     monkeypatch.setenv("RAY_TMPDIR", ray_dir)
     spec = SweepSpec.from_toml(write_spec(tmp_path))
-    assert _start_ray(spec, verbose=False)
+    assert start_ray(spec, verbose=False)
     try:
         address = ray.get_runtime_context().gcs_address
         host, port = address.rsplit(":", 1)

@@ -17,7 +17,9 @@ from loopscale.model import count_params, tokens_for_budget
 from loopscale.objectives import simulate
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
-from loopscale.search.plan import measure_throughput, render_plan, total_flops
+from loopscale.search.plan.flops import total_flops
+from loopscale.search.plan.probe import measure_throughput
+from loopscale.search.plan.render import render_plan
 from loopscale.analysis.flops import PAPER_GRID, paper_grid_flops
 from loopscale.analysis.store import redact
 from loopscale.search.tracking import flatten_params, is_secret_key, redact_text

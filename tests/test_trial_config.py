@@ -12,7 +12,8 @@ import pytest
 
 from loopscale.objectives import TrialConfig, simulate, train
 from loopscale.search import SweepSpec
-from loopscale.search.tune_runner import CellSearcher, CellStudy, make_studies
+from loopscale.search.tune.searcher import CellSearcher
+from loopscale.search.tune.studies import CellStudy, make_studies
 from test_spec import write_spec
 
 

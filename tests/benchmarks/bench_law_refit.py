@@ -35,7 +35,7 @@ from loopscale.analysis.flops import PAPER_GRID  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.law_sampler import CellGeometry, LawSurrogate  # noqa: E402
-from loopscale.search.tune_runner import CellSearcher  # noqa: E402
+from loopscale.search.tune.searcher import CellSearcher  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search_quality import paper_replay, sweep  # noqa: E402

@@ -40,7 +40,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from loopscale.objectives import simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.tracking import TrialTracker, open_sweep  # noqa: E402
-from loopscale.search.tune_runner import run_search  # noqa: E402
+from loopscale.search.tune.driver import run_search  # noqa: E402
 from test_spec import write_spec  # noqa: E402
 
 

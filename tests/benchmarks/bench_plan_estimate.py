@@ -25,7 +25,9 @@ import time
 from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
-from loopscale.search.plan import _trial_seconds, estimate, measure_throughput, render_estimate
+from loopscale.search.plan.probe import measure_throughput
+from loopscale.search.plan.render import render_estimate
+from loopscale.search.plan.walltime import estimate, trial_seconds
 
 SMALL = ["budgets=[6e10, 2e11]", "recurrences=[1, 2]", "trials_per_cell=2", "calibrate.trials=2"]
 STAGE_LINE = re.compile(r"^(calibrate|search): \d+/\d+ trials, .* in (\d+):(\d\d):(\d\d)$", re.M)
@@ -78,7 +80,7 @@ def main() -> None:
         cells = {(stage, c.key): c for stage in ("calibrate", "search") for c in spec.cells(stage)}
         for run in client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'"):
             m, cell = run.data.metrics, cells[run.data.tags["stage"], run.data.tags["cell"]]
-            priced = _trial_seconds(spec, cell, m["s"], throughput)
+            priced = trial_seconds(spec, cell, m["s"], throughput)
             print(f"  {run.info.run_name:<30} trial {m['wall_s']:6.1f} s, priced {priced:6.1f} s "
                   f"({priced / m['wall_s']:.2f}x)")
 

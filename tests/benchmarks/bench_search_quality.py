@@ -7,7 +7,7 @@
 The ``paper`` preset replayed with ``objective = "simulate"`` and its shipped noise (objectives/noise.py:
 independent noise, a per-cell offset and a smooth per-cell deviation in log width), on the preset's cells: the
 paper's 24 and the two cheap budgets below them the preset adds (search/presets/paper.toml). Every method runs
-through the code a sweep runs: ``tune_runner.make_studies`` and ``CellSearcher`` (suggest / on_trial_complete,
+through the code a sweep runs: ``tune.studies.make_studies`` and ``CellSearcher`` (suggest / on_trial_complete,
 as Tune calls them), on ``--workers`` simulated slots where a trial takes time proportional to its budget, so
 the cost-aware order and the early stops act as in a sweep. Methods:
 
@@ -68,7 +68,8 @@ from loopscale.objectives import TrialConfig, simulate  # noqa: E402
 from loopscale.search import SweepSpec  # noqa: E402
 from loopscale.search.law_sampler import fewest_trials  # noqa: E402
 from loopscale.search.space import Cell, search_cell  # noqa: E402
-from loopscale.search.tune_runner import CellSearcher, make_studies  # noqa: E402
+from loopscale.search.tune.searcher import CellSearcher  # noqa: E402
+from loopscale.search.tune.studies import make_studies  # noqa: E402
 
 METHODS = ("paper grid", "random", "tpe", "gp", "law", "law+branches", "law+b info 0")
 

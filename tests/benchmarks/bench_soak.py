@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import ray  # noqa: E402
 
 from loopscale.search import SweepSpec  # noqa: E402
-from loopscale.search.tune_runner import run_search  # noqa: E402
+from loopscale.search.tune.driver import run_search  # noqa: E402
 from test_resume import processes_using  # noqa: E402
 from test_spec import write_spec  # noqa: E402
 

@@ -1,0 +1,51 @@
+"""The FLOPs a sweep may spend: each trial's budget plus its warmdown branches', summed over the planned trials,
+or with the law sampler between its fewest trials and the cap, next to the paper grid's figure."""
+
+from __future__ import annotations
+
+from loopscale import objectives
+from loopscale.analysis.flops import paper_grid_reference
+
+from ..law_sampler import fewest_trials
+from ..spec import STAGES, SweepSpec
+
+
+def trial_flops(spec: SweepSpec, budget: float) -> float:
+    """What one trial of ``budget`` spends at most: its budget, plus the warmdowns of its branches (a share
+    ``warmdown_frac`` of each smaller branch budget; objectives/branches.py): the recipe's fixed ones, and with
+    ``branches = true`` any smaller budget of the sweep the law sampler may choose."""
+    recipe = objectives.normalize_recipe(spec.recipe if spec.objective == "train" else None)
+    fixed = recipe["branch_budgets"] if spec.objective == "train" else []
+    chosen = spec.budgets if spec.branches else []
+    return budget + recipe["warmdown_frac"] * sum(c for c in {*fixed, *chosen} if c < budget)
+
+
+def total_flops(spec: SweepSpec) -> float:
+    """Upper bound on the FLOPs of every planned trial (a trial spends its budget to within one step, plus
+    its branches' warmdowns)."""
+    return sum(c.n_trials * trial_flops(spec, c.budget) for stage in STAGES for c in spec.cells(stage))
+
+
+def flops_estimate(spec: SweepSpec) -> str:
+    """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
+    optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
+    (which can bracket a smaller cell's optimum for it), 3 in each r's largest cell, none in the
+    ``deferred_budgets`` cells just below it (while a cheaper one remains) and 1 in every other cell (its first;
+    ``law_sampler.fewest_trials``); next to the paper grid's figure when the sweep covers its cells
+    (analysis.flops)."""
+    cap = floor = total_flops(spec)
+    text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
+    if spec.sampler == "law":
+        fewest = fewest_trials(spec.cells(), spec.branches, spec.deferred_budgets)
+        floor = sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
+            c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
+        below = "just below it" if spec.deferred_budgets == 1 else f"in the {spec.deferred_budgets} budgets below it"
+        least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
+                 "others (warmdown branches fill their brackets)") if spec.branches else "3 widths per cell at least"
+        text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
+                f"{least}, trials_per_cell at most)")
+    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    if reference is not None:
+        share = f"{cap / reference:.0%}" if floor == cap else f"{floor / reference:.0%} to {cap / reference:.0%}"
+        text += f"; the paper's grid of 116 runs spent {reference:.3g} ({share} of it here)"
+    return text

@@ -1,0 +1,87 @@
+"""The Ray the sweep runs on: started here or joined (``start_ray``), checked to hold every trial it must run
+(``check_trials_fit``), and Ray's, Optuna's and MLflow's logging quieted unless ``--verbose``."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+
+import optuna
+import ray
+
+from ..spec import SweepSpec
+from ..stopping import SweepInterrupted, signal_name, signals_noted
+from . import live
+
+
+def start_ray(spec: SweepSpec, verbose: bool) -> bool:
+    """Connect to ``spec.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up.
+
+    A signal while Ray starts (seconds) stops the sweep like any other (``live.STOP``), although ``ray.init``
+    takes SIGTERM over: at its start it installs ``sys.exit(15)`` as the handler (turned back into
+    ``SweepInterrupted`` here), and once connected the driver's Ray core would install a C++ crash handler that
+    dumps a stack and may abort on SIGTERM, unless ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` was set when Ray was
+    imported (it is, in this package's ``__init__``; the processes of a Ray started here then go without those C++
+    stack dumps too). A signal whose exception Python swallowed there (``signals_noted``) stops it too.
+    Whatever ``ray.init`` started before a signal is shut down; afterwards ``live.STOP`` holds both signals again."""
+    if ray.is_initialized():
+        return False
+    with signals_noted() as noted:
+        try:
+            ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
+                     logging_level="INFO" if verbose else "ERROR")
+            live.STOP.install()
+        except SystemExit as exc:  # Ray's own SIGTERM handler
+            ray.shutdown()
+            if exc.code != signal.SIGTERM:
+                raise
+            raise SweepInterrupted(signal.SIGTERM, "interrupted by SIGTERM") from None
+        except BaseException:  # SweepInterrupted from live.STOP's SIGINT handler, or Ray failing to start
+            ray.shutdown()
+            raise
+    lost = [s for s in noted if s in (signal.SIGINT, signal.SIGTERM)]
+    if lost:
+        ray.shutdown()
+        raise SweepInterrupted(lost[0], f"interrupted by {signal_name(lost[0])}")
+    return True
+
+
+def check_trials_fit(spec: SweepSpec, can_grow: bool) -> None:
+    """A trial that asks for more CPUs or GPUs than any live node of the Ray cluster has would wait forever.
+    On a Ray this run started itself (this machine, which cannot grow) that is one error line before anything
+    is written; on a cluster someone else runs, which may autoscale, it is a warning."""
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    largest_cpu = max((res.get("CPU", 0.0) for res in nodes), default=0.0)
+    largest_gpu = max((res.get("GPU", 0.0) for res in nodes), default=0.0)
+    for stage in ("calibrate", "search") if spec.calibrate is not None else ("search",):
+        need, workers = spec.resources(stage), spec.workers_of(stage)
+        # every worker of a data-parallel trial fits some node, and the cluster holds all of them at once
+        room = sum(min(res.get("CPU", 0.0) // need["cpu"],
+                       res.get("GPU", 0.0) // need["gpu"] if need["gpu"] > 0 else math.inf) for res in nodes)
+        if room >= workers:
+            continue
+        if workers == 1 or room == 0:
+            message = (f"[resources] asks for cpus = {need['cpu']:g}, gpus = {need['gpu']:g} per {stage} trial, but "
+                       f"no node of the Ray cluster has that much (the most: {largest_cpu:g} CPUs, "
+                       f"{largest_gpu:g} GPUs)")
+        else:
+            message = (f"[resources] asks for {workers} workers of cpus = {need['cpu']:g}, gpus = {need['gpu']:g} "
+                       f"per {stage} trial, but the Ray cluster's nodes hold only {room:g} such workers at once")
+        if not can_grow:
+            raise ValueError(message + "; no trial could ever start")
+        print(f"warning: {message}; trials wait until a node that big joins", flush=True)
+
+
+def quiet(verbose: bool) -> None:
+    """Quiet Ray, Optuna and MLflow unless --verbose."""
+    if not verbose:
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the old console honours verbose=0
+        # Tune logs a traceback for every state upload that fails (a full disk), MLflow's sqlite store one for
+        # every locked or failing write; the sweep says it in one line (``StoreFailure``)
+        for name in ("ray.tune", "ray.train", "mlflow.store"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+

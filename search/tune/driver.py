@@ -1,0 +1,178 @@
+"""The driver of a sweep (``run_search``): check that it may start, take the sweep's lock and signals, prepare
+the data, start or join Ray, open the sweep's MLflow run, run the calibration stage (if any) and the search
+stage (``stage.run_stage``), and close the sweep with the FLOPs it spent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from loopscale import objectives
+from loopscale.analysis.flops import flops_text, paper_grid_reference
+from loopscale.analysis.store import redact
+
+from ..preflight import check_free_space, check_ray_address, ray_address
+from ..spec import SweepSpec
+from ..stopping import StoreFailure, SweepInterrupted, raise_if_interrupted
+from ..sweep_lock import SweepLock
+from ..tracking import close_sweep, code_version, find_parent_run, open_sweep, store_errors
+from . import live
+from .cluster import check_trials_fit, quiet, start_ray
+from .receipts import JsonFile
+from .stage import SNAPSHOT_ENV, StageOutcome, SweepContext, resume_command, run_stage
+from .studies import METRIC, finite
+
+STATE_FILE = "sweep.json"
+
+
+@dataclass
+class SweepOutcome:
+    spec: SweepSpec
+    stages: dict[str, StageOutcome]
+    already_complete: bool = False
+    experiment_id: str = ""
+    parent_run_id: str = ""
+
+
+class SweepState(JsonFile):
+    """``<storage>/<name>/sweep.json``: the spec hash and whether the sweep completed."""
+
+    def __init__(self, storage: str, name: str):
+        super().__init__(f"{storage.rstrip('/')}/{name}/{STATE_FILE}")
+
+    def remove(self) -> None:
+        self._fs.delete_file(self._file)
+
+
+def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) -> SweepOutcome:
+    """Run (or resume) the sweep: calibration if the spec asks for it, then the allocation search.
+
+    The sweep is complete only when every planned trial has its ended run in MLflow. Raises ValueError
+    (before Ray starts, writing nothing) when the sweep cannot start: the stored state does not match (state
+    but no ``resume``, a changed spec, an MLflow store that already holds this sweep), another driver runs it,
+    the Ray address does not answer, a disk has no room. After a clean stop it raises ``SweepInterrupted``
+    (a signal) or ``StoreFailure`` (the MLflow store or a disk failed); everything finished is kept for
+    ``--resume``.
+    """
+    raise_if_interrupted()  # a signal that the imports of this module swallowed (stopping.interrupt)
+    check_ray_address(ray_address(spec.address))
+    live.STOP.reset()
+    live.SEARCHERS.clear()
+    local = "://" not in spec.storage
+    lock = SweepLock(Path(spec.storage) / spec.name) if local else contextlib.nullcontext()
+    with lock, live.STOP.handling_signals():
+        try:
+            return _drive(spec, resume, verbose)
+        except SweepInterrupted as exc:  # before a stage ran: resumable once the sweep's state is written
+            if "--resume" in str(exc) or SweepState(spec.storage, spec.name).load() is None:
+                raise
+            raise type(exc)(exc.signum, f"{exc}; resume with: {resume_command(spec)}") from None
+
+
+def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
+    state = SweepState(spec.storage, spec.name)
+    saved = state.load()
+    if saved is not None:
+        if saved["spec_hash"] != spec.spec_hash:
+            raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
+                             f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
+        if saved.get("complete"):
+            if find_parent_run(spec.tracking_uri, spec.name) is not None:
+                print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
+                return SweepOutcome(spec, {}, already_complete=True)
+            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow {redact(spec.tracking_uri)} holds "
+                    "none of its runs")
+            if not resume:
+                raise ValueError(f"{lost}; pass --resume to log them there again from the trials' receipts")
+            # the stages restore with every trial finished and log each from its receipt; until that is done
+            # (and should it be interrupted) the sweep is not complete in this store
+            print(f"{lost}: logging them there again from the trials' receipts", flush=True)
+            saved = {**saved, "complete": False}
+        elif not resume:
+            raise ValueError(f"sweep {spec.name!r} has unfinished state at {state.path}: pass --resume to "
+                             f"continue it (or remove that directory to start over)")
+    elif find_parent_run(spec.tracking_uri, spec.name) is not None:
+        raise ValueError(f"MLflow experiment {spec.name!r} already holds a sweep of that name but there is no "
+                         f"Tune state for it at {state.path}; use a new name or delete the experiment")
+    disks = _disks(spec)
+    check_free_space(disks, spec.planned_trials())
+    quiet(verbose)
+    user_period = os.environ.get(SNAPSHOT_ENV)
+    fingerprint = _prepare_data(spec)
+    started_ray = start_ray(spec, verbose)
+    try:
+        check_trials_fit(spec, can_grow=not started_ray or bool(spec.address or os.environ.get("RAY_ADDRESS")))
+        fresh = saved is None
+        saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
+        state.save(saved)  # first: a crash from here on is resumable
+        try:
+            with store_errors(spec.tracking_uri):
+                experiment_id, parent = open_sweep(spec, fingerprint)
+        except StoreFailure:
+            if fresh:  # nothing ran: leave no state that would then demand --resume
+                state.remove()
+            raise
+        print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
+              f"{spec.objective}; MLflow {redact(spec.tracking_uri)} (experiment {spec.name!r}); "
+              f"Tune state {Path(state.path).parent}", flush=True)
+        tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
+        stages: dict[str, StageOutcome] = {}
+        recipe = spec.recipe
+        sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks)
+        if spec.calibrate is not None:
+            stages["calibrate"] = run_stage(sweep, "calibrate", spec.recipe)
+            best = stages["calibrate"].best()
+            if best is None:
+                raise RuntimeError(f"calibration: no trial trained without diverging; change [calibrate] low/high "
+                                   f"and start over (remove {Path(state.path).parent})")
+            rate = best["trial"]["recipe"][spec.calibrate.param]
+            recipe = {**spec.recipe, spec.calibrate.param: rate}
+            print(f"calibrated {spec.calibrate.param} = {rate:.4g} "
+                  f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
+        stages["search"] = run_stage(sweep, "search", recipe)
+        flops = flops_spent(spec, stages)
+        with store_errors(spec.tracking_uri):
+            close_sweep(spec.tracking_uri, parent, flops)
+        state.save({**saved, "complete": True})
+        print(f"spent: {flops_text(flops['total'], flops['paper_grid'])}", flush=True)
+        print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
+              f"--tracking-uri {redact(spec.tracking_uri)}", flush=True)
+        return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
+    finally:
+        if user_period is None:
+            os.environ.pop(SNAPSHOT_ENV, None)
+        else:
+            os.environ[SNAPSHOT_ENV] = user_period
+        if started_ray:
+            ray.shutdown()
+
+
+def _disks(spec: SweepSpec) -> dict[str, str]:
+    """The local folders a sweep writes to, by what they hold (the free-space checks)."""
+    disks = {"Tune storage": spec.storage}
+    if spec.tracking_uri.startswith("sqlite:///"):
+        disks["MLflow store"] = str(Path(spec.tracking_uri.removeprefix("sqlite:///")).parent)
+    return disks
+
+
+def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, Any]:
+    """FLOPs the sweep's trials spent: total (every stage), per search cell, and the paper grid's figure where
+    the sweep covers its cells with its template and batch (else None)."""
+    spent = [(r["cell"], r["stage"], float(r.get("flops_spent", 0.0))) for s in stages.values() for r in s.results
+             if finite(r.get("flops_spent"))]
+    per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}
+    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    return {"total": sum(f for _, _, f in spent), "per_cell": per_cell, "paper_grid": reference}
+
+
+def _prepare_data(spec: SweepSpec) -> str:
+    """Tokenise and cache the data once on the driver (trials only read the cache); its fingerprint."""
+    if spec.objective == "simulate" and spec.calibrate is None:
+        return "simulated"
+    return objectives.prepare_data(spec.data, spec.seq_len, spec.cache_dir, spec.val_tokens)
+

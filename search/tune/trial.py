@@ -1,0 +1,150 @@
+"""The trial on a Tune worker (``run_trial``): simulate or train, data-parallel through Ray Train when it has
+several workers, its result checked and kept as a receipt; a receipt the disk refuses waits in the Ray
+cluster's key-value store for the driver (``hold_unsaved``, ``log_unsaved``).
+
+A training trial with ``[resources] workers = k > 1`` runs data-parallel through Ray Train inside its Tune trial
+(``train_data_parallel``): a ``TorchTrainer`` of k workers (gloo on CPUs, NCCL on GPUs), whose progress reaches
+Tune through ``TuneReportCallback``, exactly as a one-worker trial's does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from typing import Any
+
+import ray
+from ray import tune
+from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_list, _internal_kv_put
+
+from loopscale import objectives
+from loopscale.objectives import TrialConfig
+
+from ..tracking import TrialTracker, store_errors
+from .receipts import JsonFile, Receipt
+from .studies import METRIC, finite
+
+INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
+# ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
+UNSAVED_KEY = "unsaved_receipt"
+KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
+
+
+def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
+              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "") -> None:
+    """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
+
+    The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
+    finds its receipt reports it instead of running again. Tune saves its experiment state every few seconds
+    and copies it to storage in the background, so after a crash it restarts trials that had already
+    finished (and been logged); with the receipt none of them is simulated or trained twice. A receipt the
+    disk refuses (full) travels in the report instead (``UNSAVED_KEY``), to the trial's MLflow run, from which
+    ``--resume`` writes it (``restore_receipts``) before Tune restarts the trial.
+    """
+    params = config["trial"]
+    trial = TrialConfig.from_params(params)
+    receipt = Receipt(receipts, config["meta"]["trial_key"], params) if receipts else None
+    result = receipt.load() if receipt else None
+    if result is None:
+        if trial.objective == "simulate":
+            result = checked(objectives.simulate(trial))
+        elif workers > 1:
+            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir))
+        else:
+            result = checked(objectives.train(trial, report=tune.report))
+        # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
+        # a data-parallel trial's workers' nodes, in rank order, comma-separated
+        result = {"node": ray.get_runtime_context().get_node_id(), **result}
+        if receipt:
+            try:
+                receipt.save(result)
+            except OSError as exc:  # a full or failing disk: the result is sound, and the driver stops the sweep
+                carried = receipt.carried(result)
+                hold_unsaved(receipt, config, carried)
+                result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}",
+                          UNSAVED_KEY: carried}
+    tune.report(result)
+
+
+def hold_unsaved(receipt: Receipt, config: dict[str, Any], carried: str) -> None:
+    """Keep the ``Receipt.carried`` text of a trial's refused receipt, with the trial's config, in the Ray
+    cluster's key-value store (the GCS; Tune keeps its registry there too) under the receipt's path: the
+    driver logs it from there after Tune stops (``log_unsaved``). The trial's report carries it too, but a
+    report that arrives while Tune stops (as it does for a disk failure) is dropped."""
+    kept = {"meta": config["meta"], "trial": config["trial"], "receipt": carried}
+    _internal_kv_put(receipt.path, json.dumps(kept), namespace=KV_NAMESPACE)
+
+
+def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
+    """Log, with their receipts, the trials ``hold_unsaved`` kept for the stage whose receipts folder is
+    ``receipts`` (a trial logged already is left as it is: ``TrialTracker.start``), then forget them; how many
+    were held. Raises ``StoreFailure`` when the store fails."""
+    held = _internal_kv_list(f"{receipts.rstrip('/')}/", namespace=KV_NAMESPACE)
+    if held:
+        with store_errors():
+            tracker.open()
+            for name in held:
+                kept = json.loads(_internal_kv_get(name, namespace=KV_NAMESPACE))
+                meta, carried = kept["meta"], kept["receipt"]
+                tracker.start(meta["trial_key"], meta, TrialConfig.from_params(kept["trial"]))
+                tracker.finish(meta["trial_key"], json.loads(json.loads(carried)["text"]), carried)
+                _internal_kv_del(name, namespace=KV_NAMESPACE)
+    return len(held)
+
+
+def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
+                        storage: str) -> dict[str, Any]:
+    """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
+    of ``resources`` each (Ray Train V2's
+    ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
+    this trial). Ray Train retries nothing (Tune's ``FailureConfig`` does, as for every trial); the final result
+    comes back from rank 0 as a JSON file under ``storage`` (the sweep's storage, which every node sees), where
+    Ray Train keeps its run state too."""
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    run = f"{tune.get_context().get_trial_id()}-{time.time_ns()}"  # a fresh Ray Train run per attempt
+    final = JsonFile(f"{storage.rstrip('/')}/{run}.result.json")
+    gpus = resources.get("gpu", 0.0)
+    trainer = TorchTrainer(
+        functools.partial(_data_parallel_worker, result_file=final.path),
+        train_loop_config=params,
+        torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
+        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
+                                               resources_per_worker={"CPU": resources.get("cpu", 1.0),
+                                                                     **({"GPU": gpus} if gpus > 0 else {})}),
+        run_config=ray.train.RunConfig(name=run, storage_path=storage, callbacks=[TuneReportCallback()],
+                                       failure_config=ray.train.FailureConfig(max_failures=0)))
+    trainer.fit()
+    result = final.load()
+    if result is None:
+        raise RuntimeError("data-parallel trial finished without a result from rank 0")
+    return result
+
+
+def _data_parallel_worker(params: dict[str, Any], result_file: str) -> None:
+    """One Ray Train worker: train on this worker's share (objectives.train), report progress from every
+    worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
+    import ray.train
+    import ray.train.torch
+    import torch.distributed as dist
+
+    trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
+    result = objectives.train(trial, report=ray.train.report)
+    nodes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+    if dist.get_rank() == 0:
+        JsonFile(result_file).save({**result, "node": ",".join(nodes)})
+
+
+def checked(result: dict[str, Any]) -> dict[str, Any]:
+    """An "ok" result without a finite loss becomes status "invalid" with the reason, so that neither MLflow,
+    the searcher nor the progress lines take it for a measurement."""
+    if result.get("status") == "ok" and not finite(result.get(METRIC)):
+        return {**result, "status": "invalid",
+                "reason": f"the objective returned {METRIC} = {result.get(METRIC)} with status ok"}
+    return result
+
