@@ -109,7 +109,7 @@ def add_search(subparsers: argparse._SubParsersAction) -> None:
     _spec_argument(p)
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted sweep: finished trials are kept, the rest run (a finished sweep "
-                        "is a no-op)")
+                        "is a no-op, unless its MLflow store lost its runs: they are logged there again)")
     _objective_argument(p, "override the spec's objective; simulate replays the sweep with the scaling law (and "
                            "skips calibration)")
     p.add_argument("--address", help="an existing Ray cluster to run on (default: RAY_ADDRESS, else local Ray)")
