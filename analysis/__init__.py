@@ -8,12 +8,13 @@ Names resolve on first use (PEP 562, ``model/lazy.py``), as at the package's top
 
 from loopscale.model.lazy import on_first_use
 
+# No module may share an exported name: importing it would bind the module over the name (``fit_suite`` did).
 _EXPORTS = {
     "allocation_table": "allocation",
     "Comparison": "compare", "compare_runs": "compare",
     "DEFAULT_BOUNDS": "options", "DEFAULT_FIT_OPTIONS": "options", "Bounds": "options", "FitOptions": "options",
     "FitStatus": "fit_types", "LawFit": "fit_types", "fit_joint_law": "fit",
-    "FitSuite": "fit_suite", "fit_suite": "fit_suite",
+    "FitSuite": "suite", "fit_suite": "suite",
     "pareto_frontier": "frontier", "power_laws": "frontier",
     "IsoflopResult": "isoflop", "cell_optima": "isoflop",
     "Analysis": "report", "analyze": "report",

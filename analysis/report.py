@@ -23,7 +23,7 @@ from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .fit_problem import fit_rows
-from .fit_suite import FitSuite, fit_suite
+from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .identify import likely_fixes

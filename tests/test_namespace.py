@@ -50,3 +50,19 @@ def test_the_analysis_loads_no_torch():
                  "from loopscale.analysis.cli import run_export",
                  "print('torch' in sys.modules)")
     assert out == "False"
+
+
+def test_every_exported_name_stays_itself_once_every_submodule_is_imported():
+    # a submodule named like an exported function is bound over it on import (``fit_suite`` once was), so which
+    # object a name gives depended on what an earlier test happened to import
+    out = python("import importlib, pkgutil, types, loopscale",
+                 "bad = []",
+                 "for package in ('model', 'objectives', 'analysis', 'search'):",
+                 "    pkg = importlib.import_module('loopscale.' + package)",
+                 "    for info in pkgutil.iter_modules(pkg.__path__):",
+                 "        importlib.import_module(f'loopscale.{package}.{info.name}')",
+                 "    names = getattr(pkg, '__all__', [])",
+                 "    bad += [f'{package}.{n}' for n in names if isinstance(getattr(pkg, n), types.ModuleType)]",
+                 "bad += [n for n in loopscale.__all__ if isinstance(getattr(loopscale, n), types.ModuleType)]",
+                 "print(bad)")
+    assert out == "[]"
