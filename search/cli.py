@@ -196,17 +196,37 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"loopscale: error: {exc}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError) as exc:  # a store or disk that failed, a sweep left incomplete
+    except (RuntimeError, OSError, ImportError) as exc:  # a store or disk that failed, a sweep left incomplete
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:  # a signal inside an import, which Python wrapped (class creation: RuntimeError)
+            return _interrupted(interrupt)
         print(f"loopscale: error: {exc}", file=sys.stderr)
         return 1
-    except SweepInterrupted as exc:  # SIGINT / SIGTERM: 130 / 143, as a shell reports a signal
-        print(f"loopscale: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:  # a SIGINT before a sweep took over the signal (imports, spec)
-        print("loopscale: interrupted by SIGINT", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except (SweepInterrupted, KeyboardInterrupt) as exc:
+        return _interrupted(exc)
     finally:
         restore_signals(previous)
+
+
+def _interrupt_behind(exc: BaseException) -> BaseException | None:
+    """The SIGINT or SIGTERM that ``exc`` was raised from, if any (its cause or context, at any depth)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (SweepInterrupted, KeyboardInterrupt)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _interrupted(exc: BaseException) -> int:
+    """SIGINT / SIGTERM: one line, and 130 / 143, as a shell reports a signal. A KeyboardInterrupt is a SIGINT
+    before a sweep took over the signal (imports, spec)."""
+    if isinstance(exc, SweepInterrupted):
+        print(f"loopscale: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print("loopscale: interrupted by SIGINT", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def entry() -> None:

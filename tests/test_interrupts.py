@@ -613,3 +613,20 @@ def test_ctrl_c_while_the_ui_starts_leaves_no_server_and_no_traceback(tmp_path):
     with socket.socket() as sock, pytest.raises(OSError):
         sock.settimeout(2)
         sock.connect(("127.0.0.1", port))
+
+
+def test_a_signal_that_an_import_wrapped_in_another_error_is_still_the_signal(capsys):
+    """A SIGINT while a class is created (numpy's ``finfo`` at import) reaches the command as RuntimeError
+    ("Error calling __set_name__"), an ImportError elsewhere: it was exit 1 with that message (1 CI run under
+    load); it is the interrupt's one line and 130."""
+    from loopscale.search.cli import _interrupt_behind, _interrupted
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property' instance") from interrupt
+    except RuntimeError as wrapped:
+        assert _interrupted(_interrupt_behind(wrapped)) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "loopscale: interrupted by SIGINT\n"
+    assert _interrupt_behind(RuntimeError("a store failed")) is None
