@@ -34,6 +34,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 from loopscale.model import JointLaw, tokens_for_budget
 
+from . import numbers
 from .fit_types import LawFit
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve
 
@@ -164,22 +165,12 @@ def buildable(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def readable(short: pd.DataFrame) -> pd.DataFrame:
-    """``buildable``'s table as text in one format per column: budgets as 1.00e+18, counts with an SI suffix
-    and 3 significant digits (412M, 8.21B), D/N with one decimal, loss with three."""
-    formats = {"budget (FLOPs)": "{:.2e}".format, "r": _integer, "width": _integer, "heads": _integer,
-               "N (params)": si, "D (tokens)": si, "D/N": "{:.1f}".format, "loss (nats)": "{:.3f}".format}
+    """``buildable``'s table as text in one format per column (analysis/numbers.py): budgets as 1.00e18, counts
+    with a k/M/B/T suffix and 3 significant figures (412M, 8.21B), D/N with one decimal, loss with three."""
+    formats = {"budget (FLOPs)": numbers.flops, "r": _integer, "width": _integer, "heads": _integer,
+               "N (params)": numbers.count, "D (tokens)": numbers.count, "D/N": "{:.1f}".format,
+               "loss (nats)": numbers.loss}
     return pd.DataFrame({c: [("" if pd.isna(v) else formats[c](v)) for v in short[c]] for c in short.columns})
-
-
-def si(value: float) -> str:
-    """A count with 3 significant digits and a k/M/B/T suffix: 51552 -> 51.6k, 13000 -> 13.0k, 8.21e9 -> 8.21B."""
-    rounded = float(f"{value:.3g}")
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(rounded) >= scale:
-            mantissa = rounded / scale
-            decimals = max(0, 2 - int(np.floor(np.log10(abs(mantissa)))))  # 3 digits, trailing zeros kept
-            return f"{mantissa:.{decimals}f}{suffix}"
-    return f"{rounded:g}"
 
 
 def _integer(value: float) -> str:
