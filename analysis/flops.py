@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from loopscale.model import LoopedConfig, flops_per_token, tokens_for_budget
+from loopscale.model import LoopedConfig, account, tokens_for_budget
 
 from .runs import template_of
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
@@ -29,7 +29,7 @@ PAPER_RECURRENCES = (1, 2, 4, 8)
 def run_flops(s: float, r: int, budget: float, template: dict[str, Any], batch_tokens: int) -> float:
     """Training FLOPs of one run at width s in cell (budget, r): F x the tokens the budget buys."""
     config = LoopedConfig.iso_depth(s, r, **template)
-    return float(flops_per_token(config) * tokens_for_budget(config, budget, batch_tokens))
+    return float(account(config).flops_per_token * tokens_for_budget(config, budget, batch_tokens))
 
 
 def paper_grid_flops(template: dict[str, Any] | None = None, batch_tokens: int = PAPER_BATCH_TOKENS) -> float:

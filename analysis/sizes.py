@@ -1,8 +1,8 @@
 """Model sizes as smooth functions of width, taken from ``model``'s accounting (never recounted here).
 
-For a fixed template and r, every count in ``model.count_params`` (12 d^2 + 2 d per block, 2 d^2 injection,
-V d embedding, d-sized norms) and ``model.flops_per_token`` (6 x parameters + 12 d T L_eff attention) is a
-quadratic polynomial in the width d. ``SizeCurve.from_model`` reads the three coefficients off the model at
+For a fixed template and r, every count of ``model.account`` (for LoopedLM: 12 d^2 + 2 d per block, 2 d^2
+injection, V d embedding, d-sized norms; 6 x parameters + 12 d T L_eff attention FLOPs; a measured architecture
+of linear and attention layers alike) is a quadratic polynomial in the width d. ``SizeCurve.from_model`` reads the three coefficients off the model at
 three buildable widths and checks them at two more, so a change in ``model`` that broke the polynomial form
 fails loudly instead of drifting. The curve lets the allocation optimise width continuously and lets the
 IsoFLOP analysis map an optimum N* back to a width.
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loopscale.model import ISO_DEPTH, LoopedConfig, count_params, flops_per_token, iso_depth_template
+from loopscale.model import ISO_DEPTH, LoopedConfig, account, iso_depth_template
 
 # The paper's iso-depth template (model/config.py) and batch size in tokens (docs/paper.md).
 PAPER_TEMPLATE: dict[str, Any] = dict(ISO_DEPTH)
@@ -81,8 +81,8 @@ class SizeCurve:
 
 def _model_sizes(width: int, r: int, template: dict[str, Any]) -> tuple[int, dict[str, int]]:
     config = LoopedConfig.iso_depth(width / iso_depth_template(template)["width_unit"], r, **template)
-    p = count_params(config)
-    return config.width, {"N_once": p.N_once, "N_rec": p.N_rec, "N_embed": p.N_embed, "F": flops_per_token(config)}
+    p = account(config)
+    return config.width, {"N_once": p.N_once, "N_rec": p.N_rec, "N_embed": p.N_embed, "F": p.flops_per_token}
 
 
 def _quadratic_through(points: list[tuple[int, int]]) -> tuple[Fraction, Fraction, Fraction]:

@@ -1,8 +1,11 @@
 """THE definition of unique parameters, training FLOPs per token and tokens for a budget.
 
-Everything else in loopscale (search, objectives, analysis) asks this module; nothing recounts.
-Closed form, so counting a candidate width allocates nothing; ``tests/test_accounting.py`` checks every
-group against the real ``LoopedLM`` module and the FLOPs against ``torch.utils.flop_counter``.
+Everything else in loopscale (search, objectives, analysis) asks this module (``account``,
+``tokens_for_budget``); nothing recounts. ``account`` dispatches on the config's architecture: the built-in
+``LoopedLM`` is counted in closed form (below), so counting a candidate width allocates nothing; any other
+architecture is measured from its module on the meta device (model/measured.py). ``tests/test_accounting.py``
+checks every group against the real ``LoopedLM`` module and the FLOPs against ``torch.utils.flop_counter``, and
+tests/test_measured.py the measured counts of ``LoopedLM`` against this closed form.
 
 Counting follows Schwethelm et al. 2026 (docs/paper.md, "What is counted"):
 
@@ -70,6 +73,38 @@ class ParamCounts:
         return self.embedding + self.lm_head
 
 
+@dataclass(frozen=True)
+class Accounting:
+    """What the search, the law and the analysis need of a model shape: N_once, N_rec, N_embed (the paper's
+    roles of the parameters) and training FLOPs per token."""
+
+    N_once: int
+    N_rec: int
+    N_embed: int
+    flops_per_token: int
+
+    @property
+    def N(self) -> int:
+        """Unique non-embedding parameters, the paper's N."""
+        return self.N_once + self.N_rec
+
+
+def account(config: LoopedConfig) -> Accounting:
+    """THE counts of ``config``: closed form for the built-in LoopedLM, measured for any other architecture."""
+    if not config.builtin:
+        from .measured import measure  # torch: only a user architecture pays for it
+
+        return measure(config)
+    p = count_params(config)
+    return Accounting(N_once=p.N_once, N_rec=p.N_rec, N_embed=p.N_embed, flops_per_token=flops_per_token(config))
+
+
+def _closed_form_only(config: LoopedConfig) -> None:
+    if not config.builtin:
+        raise ValueError(f"the closed-form counts are LoopedLM's, not {config.architecture!r}'s: ask "
+                         f"model.account, which measures it")
+
+
 def block_params(width: int, mlp_ratio: int = 4) -> int:
     """One transformer block: q, k, v, o (4 d^2) + MLP (2 * mlp_ratio * d^2) + two RMSNorm scales (2 d)."""
     return 4 * width * width + 2 * mlp_ratio * width * width + 2 * width
@@ -94,6 +129,7 @@ def inject_matmul_params(config: LoopedConfig) -> int:
 
 def count_params(config: LoopedConfig) -> ParamCounts:
     """Closed-form parameter counts of ``LoopedLM(config)`` by group (no module is built)."""
+    _closed_form_only(config)
     d = config.width
     block = block_params(d, config.mlp_ratio)
     recur_norm = d if config.looped else 0  # the norm at the end of every recurrence exists only when looped
@@ -119,7 +155,8 @@ def attention_flops_per_layer(config: LoopedConfig, backward: bool = True) -> in
 
 
 def flops_per_token(config: LoopedConfig) -> int:
-    """Training FLOPs per token (forward + backward), the paper's formula with truncated backprop."""
+    """Training FLOPs per token (forward + backward) of LoopedLM, the paper's formula with truncated backprop."""
+    _closed_form_only(config)
     p = count_params(config)
     head = p.lm_head + config.width  # LM head matrix + the final norm before it
     per_recurrence = p.recur + inject_matmul_params(config)
@@ -142,7 +179,7 @@ def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> 
         raise ValueError(f"FLOP budget must be positive and finite, got {flops}")
     if batch_tokens <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-    per_step = flops_per_token(config) * batch_tokens  # an exact int
+    per_step = account(config).flops_per_token * batch_tokens  # an exact int
     # Exact at any budget, no float division: floor(C / n) = floor(floor(C) / n) for a whole n, and int(C) of
     # a finite float is exact. (Correcting a float quotient step by step looped ~1e14 times at C = 1e40.)
     return int(flops) // per_step * batch_tokens

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 INJECTIONS = ("linear", "additive", "none", "hyperconnect")
+BUILTIN = "loopscale:looped"  # the architecture name of the built-in LoopedLM (model/architecture.py)
 # The paper's iso-depth template (Sec. 3; 32,000 tokens padded to 32,064): every default of
 # ``LoopedConfig.iso_depth``. The search, its plan and the analysis ask ``iso_depth_template`` for them.
 ISO_DEPTH: dict[str, Any] = dict(depth=20, prelude=2, coda=2, width_unit=64, head_dim=128, seq_len=2048,
@@ -52,6 +54,10 @@ class LoopedConfig:
 
     ``lanes``: K, the number of lane states of ``injection = "hyperconnect"`` (the paper's best variant uses 2);
     ignored by the other injections.
+
+    ``architecture``: the module this shape is built as, ``"package.module:factory"`` or
+    ``"/abs/path/file.py:factory"`` (model/architecture.py), with ``options`` its factory's keyword arguments;
+    ``BUILTIN`` is ``LoopedLM``, the one architecture counted in closed form (model/accounting.py).
     """
 
     width: int
@@ -69,6 +75,8 @@ class LoopedConfig:
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-6
     logit_softcap: float = 15.0
+    architecture: str = BUILTIN
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)  # a dict is unhashable; eq compares it
 
     def __post_init__(self) -> None:
         _require(self.width > 0, f"width must be positive, got {self.width}")
@@ -91,6 +99,11 @@ class LoopedConfig:
         _require(self.vocab_size >= 2 and self.seq_len >= 1, "vocab_size >= 2 and seq_len >= 1 required")
 
     # ---- derived sizes -------------------------------------------------------------------------------
+    @property
+    def builtin(self) -> bool:
+        """Built as ``LoopedLM``, whose counts are closed-form; any other architecture's are measured."""
+        return self.architecture == BUILTIN
+
     @property
     def n_heads(self) -> int:
         return self.width // self.head_dim

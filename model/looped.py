@@ -193,6 +193,15 @@ class LoopedLM(nn.Module):
         return {"embedding": [self.embed.weight], "lm_head": [self.lm_head.weight], "matrices": matrices,
                 "norms": norms, "lanes": lanes}
 
+    loopscale_param_groups = param_groups  # the optimizer groups' hook of every architecture (model/architecture.py)
+
+    def loopscale_roles(self) -> dict[str, str]:
+        """Hyperconnection lane weights are the recurrent part's (N_rec), as the paper counts them, although each
+        recurrence reads its own slice once (which measured accounting alone would call N_once)."""
+        if not isinstance(self.inject, HyperConnections):
+            return {}
+        return {f"inject.{name}": "loop" for name, _ in self.inject.named_parameters()}
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets."""
         cos, sin = self.rope_cos, self.rope_sin

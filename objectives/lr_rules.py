@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loopscale.model import LoopedConfig, count_params
+from loopscale.model import LoopedConfig, account
 
 BATCH_EXPONENT = 0.558
 DATA_EXPONENT = -0.32
@@ -74,7 +74,7 @@ def reference_config(template: dict[str, Any], r: int) -> LoopedConfig:
 def reference_tokens(template: dict[str, Any], r: int) -> float:
     """D_ref = 10 x (N_once + r_ref N_rec) of the reference model."""
     config = reference_config(template, r)
-    p = count_params(config)
+    p = account(config)  # the sweep's own architecture at the reference shape
     return REF_TOKENS_PER_PARAM * (p.N_once + config.r * p.N_rec)
 
 

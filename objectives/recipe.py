@@ -55,7 +55,8 @@ from typing import Any
 
 import torch
 
-from loopscale.model import LoopedConfig, LoopedLM, tokens_for_budget
+from loopscale.model import LoopedConfig, tokens_for_budget
+from loopscale.model.architecture import param_groups
 
 from .lr_rules import REF_BATCH, transfer_factors
 from .muonh import MuonH
@@ -177,13 +178,15 @@ def trial_lrs(trial: TrialConfig) -> dict[str, float]:
     return group_lrs(normalize_recipe(trial.recipe), trial.template, config, tokens, trial.batch_tokens)
 
 
-def build_optimizers(model: LoopedLM, lrs: dict[str, float], recipe: dict[str, Any]) -> list[torch.optim.Optimizer]:
+def build_optimizers(model: torch.nn.Module, lrs: dict[str, float], recipe: dict[str, Any],
+                     vocab_size: int | None = None) -> list[torch.optim.Optimizer]:
     """AdamW for embedding, LM head, norms and lane weights (and matrices with "adamw"); MuonH or Muon for the
-    matrices with "muonh" / "muon". ``lrs``: ``group_lrs``.
+    matrices with "muonh" / "muon". ``lrs``: ``group_lrs``. The groups are the module's own
+    (``loopscale_param_groups``) or, given the model's ``vocab_size``, found by shape (model/architecture.py).
 
     Every param group carries its peak rate as ``peak_lr``; ``set_lr`` scales from it.
     """
-    groups = model.param_groups()
+    groups = param_groups(model, vocab_size)  # the architecture's own, or by shape (model/architecture.py)
     adamw_names = ["embedding", "lm_head", "norms", "lanes"] + (["matrices"] if recipe["optimizer"] == "adamw" else [])
     adamw_groups = [{"params": groups[name], "lr": lrs[name], "peak_lr": lrs[name]}
                     for name in adamw_names if groups[name]]

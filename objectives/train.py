@@ -53,7 +53,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from loopscale.model import LoopedConfig, LoopedLM, runtime
+from loopscale.model import LoopedConfig, runtime
+from loopscale.model.architecture import build
 
 from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
@@ -97,9 +98,9 @@ def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
     packed, rows_per_step = trial_data(trial, config)
 
     torch.manual_seed(trial.seed)
-    model = LoopedLM(config).to(device)
+    model = build(config).to(device)  # the spec's architecture (model/architecture.py); LoopedLM by default
     lrs = group_lrs(recipe, trial.template, config, plan["tokens"], batch_tokens)
-    optimizers = build_optimizers(model, lrs, recipe)
+    optimizers = build_optimizers(model, lrs, recipe, config.vocab_size)
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
                                           cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial))
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)

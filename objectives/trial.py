@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
+from loopscale.model import LoopedConfig, account, tokens_for_budget
 
 from .noise import Noise
 
@@ -186,8 +186,8 @@ def is_branch_key(key: str) -> bool:
 
 def accounting_metrics(config: LoopedConfig, budget_flops: float, batch_tokens: int) -> dict[str, Any]:
     """Sizes, tokens and FLOPs of a trial, all from ``model``'s accounting."""
-    p = count_params(config)
-    f = flops_per_token(config)
+    p = account(config)
+    f = p.flops_per_token
     tokens = tokens_for_budget(config, budget_flops, batch_tokens)
     return {"tokens": tokens, "steps": tokens // batch_tokens, "flops_per_token": f,
             "budget_flops": float(budget_flops), "flops_spent": float(f * tokens), "N_once": p.N_once,

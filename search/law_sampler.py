@@ -89,7 +89,7 @@ from optuna.trial import FrozenTrial, TrialState
 from loopscale.analysis.fit import refit
 from loopscale.analysis.fit_problem import FitData
 from loopscale.analysis.options import DEFAULT_BOUNDS, THETA
-from loopscale.model import count_params, tokens_for_budget
+from loopscale.model import account, tokens_for_budget
 
 from . import space
 from .spec import Cell, SweepSpec
@@ -122,7 +122,7 @@ class CellGeometry:
 
     @classmethod
     def of(cls, spec: SweepSpec, cell: Cell) -> "CellGeometry":
-        sizes = [count_params(spec.model(s, cell.r)) for s in cell.widths]
+        sizes = [account(spec.model(s, cell.r)) for s in cell.widths]
         tokens = [tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) for s in cell.widths]
         heads = tuple(space.heads(s, spec) for s in cell.widths)
         return cls(cell.key, cell.budget, cell.r, heads, np.log(np.array(cell.widths, float)),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loopscale import objectives
-from loopscale.model import count_params, heads_to_s, s_to_heads, tokens_for_budget
+from loopscale.model import account, heads_to_s, s_to_heads, tokens_for_budget
 from loopscale.objectives import testing
 
 from .toml_table import Table, require
@@ -94,7 +94,7 @@ def search_cell(spec: SweepSpec, budget: float, r: int) -> Cell:
                                     f"optimizer steps of {spec.batch_tokens} tokens even at the narrowest "
                                     f"width (s={s:g}, r={r}); raise the budget or lower batch_tokens")
             break  # wider models only cost more per token
-        tpp = tokens / count_params(config).N
+        tpp = tokens / account(config).N
         if spec.tokens_per_param is None or spec.tokens_per_param[0] <= tpp <= spec.tokens_per_param[1]:
             feasible[s] = tpp
     require(bool(feasible), f"no width in [widths] puts budget {budget:.3g} FLOPs (r={r}) inside "

@@ -33,7 +33,10 @@ Layout (every key optional unless marked)::
     address = ""                     # an existing Ray cluster; empty = local (RAY_ADDRESS also works)
 
     [template]    # LoopedConfig.iso_depth keywords: depth prelude coda width_unit head_dim injection bptt_k lanes
-                  # vocab_size (injection: linear | additive | none | hyperconnect, with lanes = K)
+                  # vocab_size (injection: linear | additive | none | hyperconnect, with lanes = K);
+                  # architecture = "package.module:factory" | "path/to/file.py:factory" (relative to this file;
+                  # default "loopscale:looped", the built-in LoopedLM: model/architecture.py), and
+    [template.options]  # keyword arguments of that factory
     [widths]      # s_min, s_max (required), tokens_per_param = [lo, hi] (optional window per cell)
     [simulate]    # noise, cell_noise, misspec (nats; defaults objectives.noise.Noise), law = {E, A, alpha, B, beta,
                   # phi} (default: the paper's fit)
@@ -58,7 +61,7 @@ from typing import Any
 
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, check_store, resolve_tracking_uri
-from loopscale.model import INJECTIONS, ISO_DEPTH, LoopedConfig, iso_depth_template
+from loopscale.model import BUILTIN, INJECTIONS, ISO_DEPTH, LoopedConfig, iso_depth_template
 from loopscale.objectives.noise import Noise
 from loopscale.objectives import testing
 from loopscale.objectives.trial import OBJECTIVES
@@ -71,7 +74,8 @@ from .toml_table import Table, require
 
 SAMPLERS = ("law", "gp", "tpe", "grid", "random")
 PRESET_NAMES = ("smoke", "demo", "paper")
-TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size")
+TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size",
+                 "architecture", "options")
 DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a cell's optimum
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
@@ -188,7 +192,7 @@ class SweepSpec:
                                 f"(3 significant digits); make them differ in the first three")
 
         template_table = Table(t.table("template"), "[template]", TEMPLATE_KEYS)
-        template = {k: template_table.raw[k] for k in TEMPLATE_KEYS if k in template_table.raw}
+        template = {k: template_table.raw[k] for k in TEMPLATE_KEYS[:-2] if k in template_table.raw}
         for key in ("depth", "prelude", "coda", "width_unit", "head_dim", "vocab_size"):
             template_table.int(key)
         template_table.str("injection")
@@ -196,6 +200,7 @@ class SweepSpec:
         template_table.int("lanes")
         for key in ("width_unit", "head_dim", "bptt_k", "lanes"):  # the width step divides by the first two
             require(template.get(key, 1) >= 1, f"{key} in [template] must be >= 1, got {template.get(key)}")
+        template.update(_architecture(template_table, Path(source).parent if Path(source).is_file() else Path.cwd()))
         injection = template.get("injection", "linear")  # checked here too: an r = 1 model ignores it
         require(injection in INJECTIONS, f"injection in [template] must be one of {', '.join(INJECTIONS)}, "
                                           f"got {injection!r}")
@@ -286,6 +291,10 @@ class SweepSpec:
                     "branches = true needs [recipe] schedule = \"wsd\": a branch warms down from a constant-rate phase")
         spec = dataclasses.replace(spec, template={**template, "vocab_size": spec._vocab_size(uses_data)})
         spec._check_shapes()
+        if "architecture" in template:  # measured counts, kept with the sweep's other caches
+            from loopscale.model import measured
+
+            measured.cache_in(spec.cache_dir)
         spec = dataclasses.replace(spec, calibrate=space.parse_calibration(t.table("calibrate"), spec))
         spec.cells()  # every cell must have a width that trains
         if "testing" in raw:  # outside TOP_KEYS: refused in one line unless the test suite runs
@@ -392,6 +401,21 @@ TOP_KEYS = (
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
 )
+
+
+def _architecture(template: Table, folder: Path) -> dict[str, Any]:
+    """``[template] architecture`` (a file's path made absolute against ``folder``, the spec's) and
+    ``[template.options]``, each only when it differs from the built-in's default, so that a spec which leaves them
+    out, or names the built-in, keeps its hash; the factory must load (one line naming it, else)."""
+    name = template.str("architecture", default=BUILTIN)
+    options = template.table("options")
+    if name == BUILTIN and not options:
+        return {}
+    from loopscale.model import architecture  # torch: only a spec that names an architecture pays for it
+
+    name = architecture.resolve(name, folder)
+    architecture.factory(name)
+    return {"architecture": name, **({"options": options} if options else {})}
 
 
 def _law(table: dict[str, Any]) -> dict[str, float]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from loopscale import objectives
-from loopscale.model import LoopedLM, flops_per_token, runtime
+from loopscale.model import account, runtime
+from loopscale.model.architecture import build
 from loopscale.objectives.recipe import build_optimizers
 
 from .. import space
@@ -63,7 +64,7 @@ def side_by_side(spec: SweepSpec) -> int:
 
 
 def _step_flops(spec: SweepSpec, s: float, r: int) -> float:
-    return float(flops_per_token(spec.model(s, r)) * spec.batch_tokens)
+    return float(account(spec.model(s, r)).flops_per_token * spec.batch_tokens)
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,8 @@ def _time_steps(trial: objectives.TrialConfig, device: torch.device, max_steps: 
     started = time.perf_counter()
     config = trial.model_config
     recipe = objectives.normalize_recipe(trial.recipe)
-    model = LoopedLM(config).to(device)
-    optimizers = build_optimizers(model, objectives.trial_lrs(trial), recipe)
+    model = build(config).to(device)
+    optimizers = build_optimizers(model, objectives.trial_lrs(trial), recipe, config.vocab_size)
     model, how = runtime.maybe_compile(model, device, recipe["compile"], cpu=recipe["compile_cpu"],
                                        cache_dir=compile_cache)
     rows = trial.batch_tokens // config.seq_len

@@ -4,7 +4,7 @@ the measured step time and the wall-time estimate by part, ending with the ETA."
 from __future__ import annotations
 
 from loopscale import objectives
-from loopscale.model import count_params, iso_depth_template, tokens_for_budget
+from loopscale.model import account, iso_depth_template, tokens_for_budget
 
 from ..spec import Cell, SweepSpec
 from .flops import flops_estimate
@@ -19,7 +19,7 @@ def cell_table(spec: SweepSpec, cell: Cell) -> str:
             + "".join(f" {label:>8}" for _, label in lr_groups)]
     for s in cell.widths:
         config = spec.model(s, cell.r)
-        p = count_params(config)
+        p = account(config)
         tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
         lrs = objectives.trial_lrs(spec.trial_config(cell, s)) if trains else {}
         rows.append(f"  {'*' if s == cell.first_guess else '':1} {s:>5g} {config.width:>6} {p.N_once:>11,} "

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopscale import objectives
-from loopscale.model import flops_per_token, tokens_for_budget
+from loopscale.model import account, tokens_for_budget
 from loopscale.objectives.branches import branch_plan
 
 from .. import space
@@ -187,7 +187,7 @@ def trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput)
     and a validation pass (val_tokens / batch_tokens forward passes, a third of a step each) per evaluation:
     its own and one per branch."""
     config = spec.model(s, cell.r)
-    step = throughput.step_seconds(flops_per_token(config) * spec.batch_tokens)
+    step = throughput.step_seconds(account(config).flops_per_token * spec.batch_tokens)
     steps = tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
     branches = _branches(spec, cell, s)
     steps += sum(b["steps"] - b["fork"] for b in branches)

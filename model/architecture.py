@@ -1,0 +1,201 @@
+"""Bring-your-own architecture: the factory a spec names builds each trial's module.
+
+A spec's ``[template] architecture`` names a factory, ``"package.module:factory"`` (imported) or
+``"path/to/file.py:factory"`` (a single file, relative to the spec's folder: ``resolve`` makes it absolute when
+the spec is read), and ``[template.options]`` its keyword arguments. The contract::
+
+    factory(config: LoopedConfig, **options) -> torch.nn.Module
+    module(idx)          -> logits (B, T, vocab_size)       idx: (B, T) int64 token ids
+    module(idx, targets) -> the mean cross-entropy in nats, a 0-d tensor
+
+and, optionally, on the module:
+
+    loopscale_roles()        -> {parameter name: "once" | "loop" | "embed"}, overriding the measured roles
+                                (model/measured.py) of the parameters it names
+    loopscale_param_groups() -> {"embedding", "lm_head", "matrices", "norms", "lanes": [parameters]}, the
+                                optimizer groups (objectives/recipe.py); by default ``param_groups`` below
+
+``BUILTIN`` (``"loopscale:looped"``) is ``LoopedLM``, built through the same interface. A file architecture is
+loaded from its path; on a Ray worker that lacks the path (a cluster without a shared file system) it arrives
+through Ray's runtime environment (``py_modules``, search/tune/cluster.py) and is imported by its stem.
+
+Every failure is one ``ValueError`` line that names the factory: an unknown module or file, a missing attribute,
+a factory that raises or returns no ``torch.nn.Module``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.nn as nn
+
+from .config import BUILTIN, LoopedConfig
+
+_FACTORIES: dict[str, Callable[..., nn.Module]] = {}
+
+
+def split(architecture: str) -> tuple[str, str]:
+    """``"target:attribute"`` -> (target, attribute); a ValueError line for any other form."""
+    target, sep, attribute = architecture.rpartition(":")
+    if not sep or not target or not attribute.isidentifier():
+        raise ValueError(f"architecture {architecture!r} must read \"package.module:factory\" or "
+                         f"\"path/to/file.py:factory\"")
+    return target, attribute
+
+
+def is_file(architecture: str) -> bool:
+    return split(architecture)[0].endswith(".py")
+
+
+def resolve(architecture: str, folder: Path) -> str:
+    """The architecture with a file target made absolute against ``folder`` (the spec's); the file must exist."""
+    target, attribute = split(architecture)
+    if not target.endswith(".py"):
+        return architecture
+    path = (folder / target).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"architecture {architecture!r}: no file {path}")
+    return f"{path}:{attribute}"
+
+
+def _module_of(architecture: str):
+    target, _ = split(architecture)
+    if not target.endswith(".py"):
+        try:
+            return importlib.import_module(target)
+        except ImportError as exc:
+            raise ValueError(f"architecture {architecture!r}: cannot import {target!r} ({exc})") from None
+    path = Path(target)
+    if not path.is_file():  # a Ray worker: the file came through runtime_env py_modules, on sys.path
+        try:
+            return importlib.import_module(path.stem)
+        except ImportError:
+            raise ValueError(f"architecture {architecture!r}: no file {path}, nor a module {path.stem!r} "
+                             f"shipped to this worker") from None
+    name = f"loopscale_architecture_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: "
+                             f"{type(exc).__name__}: {_first_line(exc)}") from None
+    return sys.modules[name]
+
+
+def factory(architecture: str) -> Callable[..., nn.Module]:
+    """The factory an architecture names (loaded once per process)."""
+    if architecture == BUILTIN:
+        from .looped import LoopedLM
+
+        return LoopedLM
+    if architecture not in _FACTORIES:
+        module = _module_of(architecture)
+        attribute = split(architecture)[1]
+        found = getattr(module, attribute, None)
+        if not callable(found):
+            raise ValueError(f"architecture {architecture!r}: {module.__name__} has no callable {attribute!r}")
+        _FACTORIES[architecture] = found
+    return _FACTORIES[architecture]
+
+
+def build(config: LoopedConfig) -> nn.Module:
+    """``factory(config, **options)`` of the config's architecture, on the current default device."""
+    make = factory(config.architecture)
+    try:
+        module = make(config, **dict(config.options))
+    except Exception as exc:
+        raise ValueError(f"architecture {config.architecture!r}: the factory raised {type(exc).__name__}: "
+                         f"{_first_line(exc)}") from None
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"architecture {config.architecture!r}: the factory returned a {type(module).__name__}, "
+                         f"not a torch.nn.Module")
+    return module
+
+
+def source_files(architecture: str) -> list[Path]:
+    """The file(s) whose source defines the architecture: its module's file (the package's ``__init__`` for a
+    package), for the measured accounting's fingerprint."""
+    if architecture == BUILTIN:
+        return [Path(__file__).with_name("looped.py")]
+    module = _module_of(architecture)
+    return [Path(module.__file__)] if getattr(module, "__file__", None) else []
+
+
+def fingerprint(architecture: str) -> str:
+    """sha256 over the architecture's name and its source: a changed file is a new architecture."""
+    digest = hashlib.sha256(architecture.encode())
+    for path in source_files(architecture):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def ray_modules(architecture: str) -> list[str]:
+    """What a Ray worker must receive to import the architecture (runtime_env ``py_modules``): the file itself,
+    or the top-level package of a module imported from outside the installed packages; [] for the built-in and
+    for installed packages (every worker has those)."""
+    if architecture == BUILTIN:
+        return []
+    target, _ = split(architecture)
+    if target.endswith(".py"):
+        return [target]
+    top = importlib.import_module(target.split(".")[0])
+    location = Path(top.__path__[0]) if hasattr(top, "__path__") else Path(top.__file__)
+    installed = any(part in ("site-packages", "dist-packages") for part in location.parts)
+    return [] if installed or top.__name__ == "loopscale" else [str(location)]
+
+
+def roles_asked(module: nn.Module) -> dict[str, str]:
+    """``module.loopscale_roles()``, or {} when it has none."""
+    own = getattr(module, "loopscale_roles", None)
+    return dict(own()) if own is not None else {}
+
+
+def embed_names(module: nn.Module, vocab_size: int) -> set[str]:
+    """The parameters of the token embedding and the vocabulary projection (N_embed), tied or not: the weight of
+    an ``nn.Embedding`` of ``vocab_size`` rows and every parameter with a dimension of ``vocab_size``, unless
+    ``loopscale_roles()`` says otherwise (and any it calls "embed")."""
+    vocab_rows = {id(m.weight) for m in module.modules()
+                  if isinstance(m, nn.Embedding) and m.num_embeddings == vocab_size}
+    asked = roles_asked(module)
+    found = {name for name, p in module.named_parameters() if id(p) in vocab_rows or vocab_size in p.shape}
+    return {name for name in found if asked.get(name, "embed") == "embed"} | {n for n, r in asked.items()
+                                                                                if r == "embed"}
+
+
+def param_groups(module: nn.Module, vocab_size: int | None) -> dict[str, list[nn.Parameter]]:
+    """The optimizer groups of ``module``: its own ``loopscale_param_groups()`` (LoopedLM's is its
+    ``param_groups``), else by shape, as LoopedLM's are: the ``embed_names`` go to ``embedding`` (an
+    ``nn.Embedding``'s weight) or ``lm_head`` (the rest), other 2-D weights are ``matrices`` (MuonH / Muon), 1-D
+    ones ``norms`` and anything else ``lanes`` (AdamW)."""
+    own = getattr(module, "loopscale_param_groups", None)
+    if own is not None:
+        return own()
+    if vocab_size is None:
+        raise ValueError(f"{type(module).__name__} has no loopscale_param_groups(): its groups by shape need the "
+                         f"model's vocab_size")
+    embedding = embed_names(module, vocab_size)
+    embedding_weights = {id(m.weight) for m in module.modules() if isinstance(m, nn.Embedding)}
+    groups: dict[str, list[nn.Parameter]] = {k: [] for k in ("embedding", "lm_head", "matrices", "norms", "lanes")}
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        if name in embedding:
+            groups["embedding" if id(p) in embedding_weights else "lm_head"].append(p)
+        else:
+            groups["matrices" if p.dim() == 2 else "norms" if p.dim() == 1 else "lanes"].append(p)
+    return groups
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
