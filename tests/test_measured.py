@@ -1,0 +1,137 @@
+"""Measured accounting (model/measured.py) against the closed form and against hand counts, rule by rule.
+
+The built-in LoopedLM, measured on the meta device, must give the closed form's N_once, N_rec and N_embed
+(model/accounting.py) for every injection, r and truncated backprop, and its FLOPs up to the norm-scale term the
+closed form counts and FlopCounterMode does not (6 FLOPs per scale applied with backward, 2 without). Each role
+rule then on a module written against the interface only (tests/fixtures/tiny_loop.py): used once, used every
+loop, embedding (tied or not), per-loop slices, the override, and a parameter no forward reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from loopscale.model import LoopedConfig, account, count_params, flops_per_token
+from loopscale.model.architecture import build
+from loopscale.model.looped import RMSNorm
+from loopscale.model.measured import measure_module
+
+TINY = Path(__file__).parent / "fixtures" / "tiny_loop.py"
+SHAPE = dict(depth=10, prelude=1, coda=1, width_unit=32, head_dim=32, seq_len=64, vocab_size=97)
+
+
+def looped(r: int, injection: str = "linear", bptt_k: int | None = None, s: float = 4) -> LoopedConfig:
+    return LoopedConfig.iso_depth(s, r, injection=injection, bptt_k=bptt_k, **SHAPE)
+
+
+CASES = [(inj, r, None) for inj in ("linear", "additive", "none", "hyperconnect") for r in (2, 4, 8)]
+CASES += [("none", 1, None)]
+# bptt_k with an injection that carries the prelude's output into the recurrences that get gradients (with
+# "none" it reaches only the forward-only ones, so the prelude gets no gradient and the closed form's 6 P for it
+# overcounts; hyperconnect refuses truncation)
+CASES += [(inj, r, k) for inj in ("linear", "additive") for r in (2, 4, 8) for k in (1, r // 2) if k >= 1]
+
+
+def _norm_flops_bound(config: LoopedConfig, roles: dict[str, str]) -> int:
+    """6 FLOPs per token per norm scale per application (the closed form's count of them), an upper bound."""
+    with torch.device("meta"):
+        module = build(config)
+    names = {f"{name}.weight" for name, m in module.named_modules() if isinstance(m, RMSNorm)}
+    return sum(6 * p.numel() * (config.r if roles[name] == "loop" else 1)
+               for name, p in module.named_parameters() if name in names)
+
+
+@pytest.mark.parametrize("injection,r,bptt_k", CASES)
+@pytest.mark.parametrize("s", [2, 4])
+def test_looped_lm_measured_equals_the_closed_form(injection, r, bptt_k, s):
+    config = looped(r, injection, bptt_k, s)
+    measured, roles = measure_module(config)
+    closed = count_params(config)
+    assert measured.N_embed == pytest.approx(closed.N_embed, rel=1e-6)
+    if r > 1:
+        assert measured.N_once == pytest.approx(closed.N_once, rel=1e-6)
+        assert measured.N_rec == pytest.approx(closed.N_rec, rel=1e-6)
+    else:  # the closed form files a plain stack's layers under N_rec; they run once, and the law sees only N
+        assert measured.N_rec == 0 and measured.N == pytest.approx(closed.N, rel=1e-6)
+    gap = flops_per_token(config) - measured.flops_per_token
+    assert 0 <= gap <= _norm_flops_bound(config, roles), (gap, flops_per_token(config))
+
+
+def test_account_dispatches_on_the_architecture():
+    builtin = looped(2)
+    assert account(builtin).flops_per_token == flops_per_token(builtin)
+    user = LoopedConfig.iso_depth(4, 2, architecture=f"{TINY}:tiny_loop", **SHAPE)
+    assert account(user) == measure_module(user)[0]
+    with pytest.raises(ValueError, match="closed-form counts are LoopedLM's"):
+        count_params(user)
+
+
+def _tiny(r: int = 2, **options) -> LoopedConfig:
+    return LoopedConfig.iso_depth(4, r, architecture=f"{TINY}:tiny_loop", options=options, **SHAPE)
+
+
+def _block(d: int) -> int:
+    return 3 * d * d + d * d + 2 * (2 * d * d) + 2 * d  # qkv, out, up + down (2d wide), two norm scales
+
+
+def test_a_parameter_used_once_is_n_once_and_the_loop_is_n_rec():
+    for r in (1, 2, 4):
+        config = _tiny(r)
+        d = config.width
+        counts, roles = measure_module(config)
+        looped = r > 1
+        assert counts.N_once == (3 - looped) * _block(d) + d  # prelude, coda, final norm (and the core at r = 1)
+        assert counts.N_rec == looped * _block(d)
+        assert roles["core.qkv.weight"] == ("loop" if r > 1 else "once")
+        assert roles["prelude.qkv.weight"] == roles["coda.down.weight"] == "once"
+
+
+def test_the_embedding_and_the_projection_are_n_embed_tied_or_not():
+    d, v = _tiny().width, SHAPE["vocab_size"]
+    assert measure_module(_tiny())[0].N_embed == 2 * v * d
+    counts, roles = measure_module(_tiny(tied=True))
+    assert counts.N_embed == v * d and roles == {**roles, "embed.weight": "embed"}
+    assert "head.weight" not in roles  # one tensor, counted once
+
+
+def test_per_loop_slices_of_one_tensor_are_each_used_once():
+    rank = 3
+    for r in (2, 4):
+        config = _tiny(r, adapters=rank)
+        counts, roles = measure_module(config)
+        assert roles["down"] == roles["up"] == "once"
+        assert counts.N_once == 2 * _block(config.width) + config.width + 2 * r * config.width * rank
+
+
+def test_loopscale_roles_overrides_the_measured_role():
+    config = _tiny(2, roles={"prelude.qkv.weight": "loop", "core.norm.weight": "once"})
+    counts, roles = measure_module(config)
+    d = config.width
+    assert roles["prelude.qkv.weight"] == "loop" and roles["core.norm.weight"] == "once"
+    assert counts.N_rec == _block(d) + 3 * d * d - d
+    with pytest.raises(ValueError, match="names 'nope', which is no parameter"):
+        measure_module(_tiny(2, roles={"nope": "loop"}))
+    with pytest.raises(ValueError, match="the role 'twice'"):
+        measure_module(_tiny(2, roles={"core.qkv.weight": "twice"}))
+
+
+def test_a_parameter_no_forward_reads_is_an_error():
+    with pytest.raises(ValueError, match=r"parameter 'spare.weight' is read by no forward at r=2 \(and 1 more\)"):
+        measure_module(_tiny(2, unused=True))
+
+
+def test_measured_flops_follow_the_matmuls():
+    """6 x the matrix parameters applied per token (r times for the shared block) + attention, full T."""
+    for r in (1, 2, 4):
+        config = _tiny(r)
+        d, v, t = config.width, SHAPE["vocab_size"], SHAPE["seq_len"]
+        matrices = _block(d) - 2 * d
+        expected = 6 * ((2 + r) * matrices + v * d) + (2 + r) * 12 * d * t
+        assert measure_module(config)[0].flops_per_token == expected
+
+
+def test_the_fixture_knows_only_the_interface():
+    assert "import loopscale" not in TINY.read_text() and "from loopscale" not in TINY.read_text()
