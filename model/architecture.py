@@ -82,12 +82,15 @@ def _module_of(architecture: str):
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
+        writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[name]
             raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: "
                              f"{type(exc).__name__}: {_first_line(exc)}") from None
+        finally:
+            sys.dont_write_bytecode = writes
     return sys.modules[name]
 
 

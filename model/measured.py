@@ -91,19 +91,20 @@ def check_output(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -> 
     """The forward's contract: logits (B, T, V) without targets, a 0-d loss with them."""
     name = config.architecture
     expected = (*idx.shape, config.vocab_size)
-    logits = _forward(module, name, idx)
+    logits = call_forward(module, name, idx)
     if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != expected:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"architecture {name!r}: forward(idx) returned {got}, expected logits of shape "
                          f"{expected} (batch, seq_len, vocab_size)")
-    loss = _forward(module, name, idx, idx)
+    loss = call_forward(module, name, idx, idx)
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         got = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ValueError(f"architecture {name!r}: forward(idx, targets) returned {got}, expected the mean "
                          f"cross-entropy as a 0-d tensor")
 
 
-def _forward(module: nn.Module, name: str, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
+def call_forward(module: nn.Module, name: str, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
+    """``module(idx)`` or ``module(idx, targets)``; what it raises becomes one line naming the architecture."""
     try:
         return module(idx) if targets is None else module(idx, targets)
     except Exception as exc:
@@ -148,7 +149,7 @@ def parameter_roles(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) 
     params = dict(module.named_parameters())
     recorder = _Accesses({id(p): name for name, p in params.items()})
     with recorder:
-        _forward(module, config.architecture, idx)
+        call_forward(module, config.architecture, idx)
     embedding = architecture.embed_names(module, config.vocab_size)
     roles: dict[str, str] = {}
     for name in params:
@@ -175,7 +176,7 @@ def training_flops(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -
     """FLOPs of forward + backward of the loss on ``idx``, per token."""
     counter = FlopCounterMode(display=False)
     with counter:
-        loss = _forward(module, config.architecture, idx, idx)
+        loss = call_forward(module, config.architecture, idx, idx)
         if loss.requires_grad:
             loss.backward()
     return round(counter.get_total_flops() / idx.numel())

@@ -63,9 +63,43 @@ def _plan(args: argparse.Namespace) -> int:
     from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
+    if not spec.model(spec.s_min, spec.recurrences[0]).builtin:  # a new architecture: its contract first
+        from .check_arch import check_architecture
+
+        if _problems(check_architecture(spec)[1]):
+            return 2
     trains = spec.objective == "train" or spec.calibrate is not None
     print(render_plan(spec, measure_throughput(spec) if trains else None))
     return 0
+
+
+def add_check_arch(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check-arch", help="check the spec's architecture: measured counts and FLOPs, init loss, gradients, a few "
+                           "training steps (CPU, seconds)",
+        description="Per r, the measured N_once, N_rec, N_embed and FLOPs per token at the narrowest and widest "
+                    "width; then on CPU: the loss at init against log V, gradients reaching every parameter, the "
+                    "same loss twice for the same seed, and a few AdamW steps lowering the loss. Each problem is "
+                    "one line, exit 2.")
+    _spec_argument(p)
+    _set_argument(p)
+    p.set_defaults(func=_check_arch)
+
+
+def _check_arch(args: argparse.Namespace) -> int:
+    from .check_arch import check_architecture
+    from .spec import SweepSpec
+
+    report, problems = check_architecture(SweepSpec.from_toml(args.spec, args.sets))
+    print("\n".join(report))
+    return _problems(problems)
+
+
+def _problems(problems: list[str]) -> int:
+    """Each problem one ``loopscale: error:`` line; 2 when there is any."""
+    for problem in problems:
+        print(f"loopscale: error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
@@ -175,8 +209,8 @@ def _demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from loopscale.analysis.cli import register as add_analysis  # analyze, export and compare
 
-    subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_tokenizer, add_search,
-                                                                       add_analysis, add_ui, add_demo]
+    subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_check_arch, add_tokenizer,
+                                                                       add_search, add_analysis, add_ui, add_demo]
     parser = argparse.ArgumentParser(
         prog="loopscale",
         description="Find compute-optimal looped language models: sweep (FLOP budget, recurrences) cells with "

@@ -1,0 +1,86 @@
+"""``loopscale check-arch SPEC``: does the spec's architecture keep the contract a sweep relies on?
+
+Per r of the spec, the measured N_once, N_rec, N_embed and training FLOPs per token at the narrowest and the
+widest width (model/measured.py; a parameter no forward reads is refused there). Then, on CPU at the narrowest
+width and the smallest r, on one fixed batch of random tokens (``ROWS`` x ``min(seq_len, TOKENS)``):
+
+* the loss at init, against log V (a uniform prediction): above log V + ``INIT_SLACK`` nats, or not finite,
+  is a problem (an init whose logits are far from flat trains from a handicap the law would blame on the size);
+* gradients reach every trainable parameter (its ``.grad`` is set after one backward);
+* the same seed builds the same model: the loss at init twice, bit for bit;
+* ``STEPS`` AdamW steps on that batch lower the loss.
+
+Each problem is one line; ``plan`` runs this for any architecture other than the built-in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from loopscale.model import account
+from loopscale.model.architecture import build
+from loopscale.model.measured import call_forward
+
+from .spec import SweepSpec
+
+ROWS, TOKENS, STEPS, LR = 2, 64, 5, 3e-3
+INIT_SLACK = 1.0  # nats above log V
+
+
+def check_architecture(spec: SweepSpec) -> tuple[list[str], list[str]]:
+    """(report lines, problems) for the spec's architecture; a failure to build or measure raises its one
+    ValueError line."""
+    name = spec.model(spec.s_min, spec.recurrences[0]).architecture
+    report = [f"architecture {name}", f"  {'r':>2} {'width':>6} {'N_once':>12} {'N_rec':>12} {'N_embed':>12} "
+                                      f"{'FLOPs/token':>12}"]
+    for r in spec.recurrences:
+        for s in sorted({spec.s_min, spec.s_max}):
+            config = spec.model(s, r)
+            a = account(config)
+            report.append(f"  {r:>2} {config.width:>6} {a.N_once:>12,} {a.N_rec:>12,} {a.N_embed:>12,} "
+                          f"{a.flops_per_token:>12.4g}")
+    config = spec.model(spec.s_min, min(spec.recurrences))
+    problems: list[str] = []
+    tokens = torch.randint(0, config.vocab_size, (ROWS, min(config.seq_len, TOKENS) + 1),
+                           generator=torch.Generator().manual_seed(spec.seed))
+    idx, targets = tokens[:, :-1], tokens[:, 1:]
+    model, first = _loss_at_init(config, spec.seed, idx, targets)
+    _, again = _loss_at_init(config, spec.seed, idx, targets)
+    log_v = math.log(config.vocab_size)
+    report.append(f"  loss at init {first.item():.4f} nats, log V = {log_v:.4f} (width {config.width}, "
+                  f"r={config.r})")
+    if not math.isfinite(first.item()) or first.item() > log_v + INIT_SLACK:
+        problems.append(f"architecture {name}: loss at init {first.item():.4g} nats, more than log V + "
+                        f"{INIT_SLACK:g} = {log_v + INIT_SLACK:.4g} (width {config.width}, r={config.r})")
+    if first.item() != again.item():
+        problems.append(f"architecture {name}: the same seed gives two losses at init ({first.item():.6g} and "
+                        f"{again.item():.6g}): the factory draws from an unseeded source")
+    first.backward()
+    missed = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    if missed:
+        problems.append(f"architecture {name}: no gradient reaches {missed[0]!r}" +
+                        (f" (and {len(missed) - 1} more)" if len(missed) > 1 else "") + f" at r={config.r}")
+    after = _trained_loss(model, config.architecture, idx, targets)
+    report.append(f"  loss after {STEPS} AdamW steps on one batch {after:.4f} nats")
+    if not after < first.item():
+        problems.append(f"architecture {name}: {STEPS} AdamW steps (lr {LR:g}) on one batch did not lower the loss "
+                        f"({first.item():.4g} -> {after:.4g} nats)")
+    return report, problems
+
+
+def _loss_at_init(config, seed: int, idx: torch.Tensor, targets: torch.Tensor):
+    torch.manual_seed(seed)
+    model = build(config)
+    return model, call_forward(model, config.architecture, idx, targets)
+
+
+def _trained_loss(model: torch.nn.Module, name: str, idx: torch.Tensor, targets: torch.Tensor) -> float:
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
+    for _ in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        call_forward(model, name, idx, targets).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return call_forward(model, name, idx, targets).item()
