@@ -1,5 +1,6 @@
-"""The Ray the sweep runs on: started here or joined (``start_ray``), checked to hold every trial it must run
-(``check_trials_fit``), and Ray's, Optuna's and MLflow's logging quieted unless ``--verbose``."""
+"""The Ray the sweep runs on: started here or joined (``start_ray``, with the spec's architecture shipped to every
+worker: ``runtime_env``), checked to hold every trial it must run (``check_trials_fit``), and Ray's, Optuna's and
+MLflow's logging quieted unless ``--verbose``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
     with signals_noted() as noted:
         try:
             ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
-                     logging_level="INFO" if verbose else "ERROR")
+                     logging_level="INFO" if verbose else "ERROR", runtime_env=runtime_env(spec))
             live.STOP.install()
         except SystemExit as exc:  # Ray's own SIGTERM handler
             ray.shutdown()
@@ -46,6 +47,16 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
         ray.shutdown()
         raise SweepInterrupted(lost[0], f"interrupted by {signal_name(lost[0])}")
     return True
+
+
+def runtime_env(spec: SweepSpec) -> dict | None:
+    """The job's Ray runtime environment: the architecture's file or package as ``py_modules``, uploaded to the
+    cluster and importable on every worker whether or not it shares this machine's file system
+    (model/architecture.py imports it by name there); None for the built-in and installed packages."""
+    from loopscale.model import architecture  # torch, which the driver loads anyway
+
+    modules = architecture.ray_modules(spec.model(spec.s_min, spec.recurrences[0]).architecture)
+    return {"py_modules": modules} if modules else None
 
 
 def check_trials_fit(spec: SweepSpec, can_grow: bool) -> None:

@@ -1,0 +1,78 @@
+"""A spec's own architecture end to end: a tiny ``loopscale search`` with ``objective = "train"`` on a model
+defined in a file next to the spec runs through real Ray Tune and MLflow, every run carries the measured
+N_once, N_rec and FLOPs per token of its width, and ``loopscale analyze`` fits it. Ray receives the file through
+its runtime environment (``py_modules``): a Ray task imports it by name from there, with no file system shared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+
+from loopscale.model import account
+from loopscale.search import SweepSpec
+from loopscale.search.cli import main
+from loopscale.search.tune.cluster import runtime_env
+from test_analysis_cli import FAST
+from test_spec import write_spec
+
+pytestmark = pytest.mark.integration
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_loop.py"
+
+
+def _spec(tmp_path: Path, **overrides) -> Path:
+    shutil.copy(FIXTURE, tmp_path / "tiny_loop.py")
+    return write_spec(tmp_path, template={"architecture": "tiny_loop.py:tiny_loop", "options": {"adapters": 2}},
+                      **overrides)
+
+
+@pytest.mark.slow
+def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, capsys):
+    path = _spec(tmp_path, objective="train", budgets=[2e9, 4e9], recurrences=[1, 2], trials_per_cell=2,
+                 sampler="grid", val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2},
+                 widths={"s_min": 1, "s_max": 3})
+    spec = SweepSpec.from_toml(path)
+    assert main(["search", str(path)]) == 0
+    client = MlflowClient(spec.tracking_uri)
+    experiment = client.get_experiment_by_name(spec.name)
+    runs = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'")
+    assert len(runs) == spec.planned_trials() == 8
+    for run in runs:
+        assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
+        r, s = int(run.data.metrics["r"]), float(run.data.metrics["s"])
+        counts = account(spec.model(s, r))
+        assert run.data.params["template.architecture"].endswith("tiny_loop.py:tiny_loop")
+        assert run.data.metrics["N_once"] == counts.N_once and run.data.metrics["N_rec"] == counts.N_rec
+        assert run.data.metrics["flops_per_token"] == counts.flops_per_token
+        assert (counts.N_rec > 0) == (r > 1)
+    out = tmp_path / "analysis"
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out),
+                 *FAST]) == 0
+    assert (out / "tables" / "excluded_runs.csv").exists()
+
+
+def test_ray_ships_the_architecture_file_to_its_workers(tmp_path):
+    spec = SweepSpec.from_toml(_spec(tmp_path))
+    env = runtime_env(spec)
+    assert env == {"py_modules": [str(tmp_path / "tiny_loop.py")]}
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR", runtime_env=env)
+    try:
+        @ray.remote
+        def on_a_worker() -> tuple[str, str]:
+            from loopscale.model import architecture
+
+            shipped = importlib.import_module("tiny_loop").__file__  # from Ray's copy, not tmp_path
+            # a path this worker lacks (another machine's): the factory is imported by its stem instead
+            factory = architecture.factory(f"/elsewhere/{tmp_path.name}/tiny_loop.py:tiny_loop")
+            return shipped, factory.__module__
+
+        shipped, module = ray.get(on_a_worker.remote())
+    finally:
+        ray.shutdown()
+    assert not shipped.startswith(str(tmp_path)) and Path(shipped).name == "tiny_loop.py" and module == "tiny_loop"
+    assert runtime_env(SweepSpec.from_toml(write_spec(tmp_path, filename="plain.toml"))) is None
