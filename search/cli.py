@@ -46,6 +46,9 @@ def add_plan(subparsers: argparse._SubParsersAction) -> None:
     _spec_argument(p)
     _objective_argument(p, "override the spec's objective (simulate: no training)")
     _set_argument(p)
+    p.add_argument("--widths", action="store_true",
+                   help="every cell's table of widths (N_once, N_rec, N, D, D/N, steps, learning rates) instead of "
+                        "one line per cell")
     p.set_defaults(func=_plan)
 
 
@@ -69,7 +72,7 @@ def _plan(args: argparse.Namespace) -> int:
         if _problems(check_architecture(spec)[1]):
             return 2
     trains = spec.objective == "train" or spec.calibrate is not None
-    print(render_plan(spec, measure_throughput(spec) if trains else None))
+    print(render_plan(spec, measure_throughput(spec) if trains else None, widths=args.widths))
     return 0
 
 

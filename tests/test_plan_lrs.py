@@ -6,6 +6,7 @@ import tomllib
 from importlib import resources
 
 from loopscale import objectives
+from loopscale.analysis import numbers
 from loopscale.analysis.flops import PAPER_GRID
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
@@ -29,19 +30,20 @@ def paper_shaped(tmp_path, **recipe):
 
 def test_plan_prints_each_trials_rates(tmp_path, capsys):
     spec = SweepSpec.from_toml(paper_shaped(tmp_path))
-    text = render_plan(spec, None)
+    text = render_plan(spec, None, widths=True)
     assert "learning rates: muonh matrices (lr) and AdamW groups" in text and "calibration tunes base_lr" in text
     expected = [objectives.trial_lrs(spec.trial_config(cell, s)) for cell in spec.cells() for s in cell.widths]
     header = next(line for line in text.splitlines() if "lr_emb" in line)
     assert header.split()[-4:] == ["lr", "lr_emb", "lr_head", "lr_norm"]
-    for line, lrs in zip([ln for ln in text.splitlines() if ln.startswith("  ") and "width" not in ln], expected):
-        assert line.split()[-4:] == [f"{lrs[g]:.3g}" for g in ("matrices", "embedding", "lm_head", "norms")]
+    tables = text.splitlines()[text.splitlines().index(header):]  # the warnings' wrapped lines come before
+    for line, lrs in zip([ln for ln in tables if ln.startswith("  ") and "width" not in ln], expected):
+        assert line.split()[-4:] == [numbers.sig(lrs[g]) for g in ("matrices", "embedding", "lm_head", "norms")]
     # the data rule across the paper's budgets (docs/paper.md: 0.0072-0.0202 on its grid); the preset's two cheaper
     # budgets train on fewer tokens, so they get higher rates still
     paper = [objectives.trial_lrs(spec.trial_config(cell, s))["matrices"] for cell in spec.cells()
              if cell.budget in PAPER_GRID for s in cell.widths]
     assert 0.006 < min(paper) < 0.01 and 0.018 < max(paper) < 0.03
     assert max(lrs["matrices"] for lrs in expected) > max(paper)
-    assert main(["plan", str(paper_shaped(tmp_path, base_lr=0.028))]) == 0
+    assert main(["plan", str(paper_shaped(tmp_path, base_lr=0.028)), "--widths"]) == 0
     out = capsys.readouterr().out
     assert "base_lr 0.028" in out and "lr_head" in out

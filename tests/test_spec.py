@@ -20,6 +20,7 @@ from loopscale.search.cli import main
 from loopscale.search.plan.flops import total_flops
 from loopscale.search.plan.probe import measure_throughput
 from loopscale.search.plan.render import render_plan
+from loopscale.analysis import numbers
 from loopscale.analysis.flops import PAPER_GRID, paper_grid_flops
 from loopscale.analysis.store import redact
 from loopscale.search.tracking import flatten_params, is_secret_key, redact_text
@@ -240,13 +241,13 @@ def test_cli_error_exit_2_before_anything_is_written(tmp_path, monkeypatch, caps
 # ---- plan -----------------------------------------------------------------------------------------------
 def test_plan_lists_cells_and_estimates(tmp_path, capsys):
     spec = SweepSpec.from_toml(write_spec(tmp_path))
-    text = render_plan(spec, None)
+    text = render_plan(spec, None, widths=True)
     for cell in spec.cells():
         assert f"cell {cell.key}: {cell.n_trials} trials over {len(cell.widths)} widths" in text
-    assert f"total: {total_flops(spec):.3g} FLOPs" in text and "estimated wall time here:" in text
+    assert f"total: {numbers.flops(total_flops(spec))} FLOPs" in text and "estimated wall time here:" in text
     assert total_flops(spec) == sum(c.n_trials * c.budget for c in spec.cells())
     assert main(["plan", str(write_spec(tmp_path, "p.toml"))]) == 0
-    assert "cell C=1e+13,r=2" in capsys.readouterr().out
+    assert "\n  C=1e+13,r=2 " in capsys.readouterr().out  # one line per cell
 
 
 def test_plan_counts_the_warmdown_branches(tmp_path):

@@ -1,7 +1,10 @@
 """A sweep started by an earlier loopscale resumes after an upgrade: the spec hash of every shipped preset, and
 of specs with the optional keys set, is the one recorded in tests/fixtures/spec_hashes.json (computed by the
 code that started those sweeps), and a finished sweep's real state folder (tests/fixtures/smoke-sweep.tar.gz:
-``loopscale search smoke --objective simulate``) resumes as complete, with no run added."""
+``loopscale search smoke --objective simulate``) resumes as complete, with no run added.
+
+The smoke preset changed (its own vocabulary and law); the cases built on it before are kept on a copy of the
+earlier file (tests/fixtures/smoke-v1.toml), so the hashes of sweeps started from it stay pinned."""
 
 from __future__ import annotations
 
@@ -17,34 +20,37 @@ import pytest
 from loopscale.search import SweepSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SMOKE_V1 = str(FIXTURES / "smoke-v1.toml")
 LAW = "simulate.law={E = 1.5, A = 400.0, alpha = 0.3, B = 400.0, beta = 0.3, phi = 0.5}"
 # name -> (preset, --objective, --set items); the stores are set per test (they are not hashed)
 CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
-    "smoke": ("smoke", None, ()),
+    "smoke": (SMOKE_V1, None, ()),
     "demo": ("demo", None, ()),
     "paper": ("paper", None, ()),
-    "smoke-simulate": ("smoke", "simulate", ()),
+    "smoke-simulate": (SMOKE_V1, "simulate", ()),
     "demo-simulate": ("demo", "simulate", ()),
     "paper-simulate": ("paper", "simulate", ()),
-    "smoke-train": ("smoke", "train", ()),
-    "information": ("smoke", None, ("information=0.5",)),
-    "branches": ("smoke", None, ("branches=true",)),
-    "branches-deferred-2": ("smoke", None, ("branches=true", "deferred_budgets=2")),
-    "branches-deferred-0": ("smoke", None, ("branches=true", "deferred_budgets=0")),
-    "tolerance": ("smoke", None, ("tolerance=0.05",)),
-    "tokens-per-param": ("smoke", None, ("widths.tokens_per_param=[5, 400]",)),
-    "law-and-noise": ("smoke", None, (LAW, "simulate.cell_noise=0.02", "simulate.misspec=0.01")),
-    "template": ("smoke", None, ("template.injection=additive", "template.bptt_k=2", "template.vocab_size=300")),
-    "hyperconnect": ("smoke", None, ("template.injection=hyperconnect", "template.lanes=2")),
-    "placement": ("smoke", None, ("resources.workers=2", "resources.max_concurrent=3", "resources.retries=0",
+    "smoke-train": (SMOKE_V1, "train", ()),
+    "information": (SMOKE_V1, None, ("information=0.5",)),
+    "branches": (SMOKE_V1, None, ("branches=true",)),
+    "branches-deferred-2": (SMOKE_V1, None, ("branches=true", "deferred_budgets=2")),
+    "branches-deferred-0": (SMOKE_V1, None, ("branches=true", "deferred_budgets=0")),
+    "tolerance": (SMOKE_V1, None, ("tolerance=0.05",)),
+    "tokens-per-param": (SMOKE_V1, None, ("widths.tokens_per_param=[5, 400]",)),
+    "law-and-noise": (SMOKE_V1, None, (LAW, "simulate.cell_noise=0.02", "simulate.misspec=0.01")),
+    "template": (SMOKE_V1, None, ("template.injection=additive", "template.bptt_k=2", "template.vocab_size=300")),
+    "hyperconnect": (SMOKE_V1, None, ("template.injection=hyperconnect", "template.lanes=2")),
+    "placement": (SMOKE_V1, None, ("resources.workers=2", "resources.max_concurrent=3", "resources.retries=0",
                                   'address=""')),
-    "resources": ("smoke", None, ("resources.cpus=2", "resources.gpus=1")),
-    "grid": ("smoke", None, ("sampler=gp", "first_guess_tokens_per_param=30", "seed=7", "min_steps=5",
+    "resources": (SMOKE_V1, None, ("resources.cpus=2", "resources.gpus=1")),
+    "grid": (SMOKE_V1, None, ("sampler=gp", "first_guess_tokens_per_param=30", "seed=7", "min_steps=5",
                              "trials_per_cell=2", "budgets=[1e12, 3e12]", "recurrences=[1, 2]",
                              "seq_len=32", "batch_tokens=256", "val_tokens=1024", "name=other")),
-    "widths": ("smoke", None, ("widths.s_min=2", "widths.s_max=8")),
-    "recipe": ("smoke", None, ("recipe.base_lr=0.03", "calibrate.trials=2", "calibrate.param=base_lr")),
-    "bpe": ("smoke", None, ("data.tokenizer=bpe", "calibrate.budget=5e10")),
+    "widths": (SMOKE_V1, None, ("widths.s_min=2", "widths.s_max=8")),
+    "recipe": (SMOKE_V1, None, ("recipe.base_lr=0.03", "calibrate.trials=2", "calibrate.param=base_lr")),
+    "bpe": (SMOKE_V1, None, ("data.tokenizer=bpe", "calibrate.budget=5e10")),
+    "smoke-preset": ("smoke", None, ()),
+    "smoke-preset-simulate": ("smoke", "simulate", ()),
     "demo-set": ("demo", None, ("trials_per_cell=2", "recipe.branch_budgets=[3e11]", "branches=true")),
 }
 
@@ -78,7 +84,7 @@ def test_a_finished_sweep_of_an_earlier_version_resumes(tmp_path):
     before = _runs(db)
     assert before == 19  # the sweep's parent run and its 18 trials
     out = subprocess.run(
-        [sys.executable, "-m", "loopscale.search.cli", "search", "smoke", "--objective", "simulate", "--resume",
+        [sys.executable, "-m", "loopscale.search.cli", "search", SMOKE_V1, "--objective", "simulate", "--resume",
          "--set", f"storage={tmp_path / 'tune'}", "--set", f"cache_dir={tmp_path / 'cache'}",
          "--set", f"tracking_uri=sqlite:///{db}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -4,6 +4,7 @@ or with the law sampler between its fewest trials and the cap, next to the paper
 from __future__ import annotations
 
 from loopscale import objectives
+from loopscale.analysis import numbers
 from loopscale.analysis.flops import paper_grid_reference
 
 from ..law_sampler import fewest_trials
@@ -26,6 +27,17 @@ def total_flops(spec: SweepSpec) -> float:
     return sum(c.n_trials * trial_flops(spec, c.budget) for stage in STAGES for c in spec.cells(stage))
 
 
+def flops_range(spec: SweepSpec) -> tuple[float, float]:
+    """(fewest, most) FLOPs the sweep may spend: every planned trial, or with the law sampler from its fewest
+    trials (``flops_estimate``) to the cap."""
+    cap = total_flops(spec)
+    if spec.sampler != "law":
+        return cap, cap
+    fewest = fewest_trials(spec.cells(), spec.branches, spec.deferred_budgets)
+    return sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
+        c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate")), cap
+
+
 def flops_estimate(spec: SweepSpec) -> str:
     """The FLOPs the sweep may spend: every planned trial, or with the law sampler, which stops a cell once its
     optimum is located, between its fewest trials and the cap: 3 widths per cell, or with warmdown branches
@@ -33,19 +45,33 @@ def flops_estimate(spec: SweepSpec) -> str:
     ``deferred_budgets`` cells just below it (while a cheaper one remains) and 1 in every other cell (its first;
     ``law_sampler.fewest_trials``); next to the paper grid's figure when the sweep covers its cells
     (analysis.flops)."""
-    cap = floor = total_flops(spec)
-    text = f"total: {cap:.3g} FLOPs (each trial spends at most its budget)"
+    floor, cap = flops_range(spec)
+    text = f"total: {numbers.flops(cap)} FLOPs (each trial spends at most its budget)"
     if spec.sampler == "law":
-        fewest = fewest_trials(spec.cells(), spec.branches, spec.deferred_budgets)
-        floor = sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
-            c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate"))
         below = "just below it" if spec.deferred_budgets == 1 else f"in the {spec.deferred_budgets} budgets below it"
         least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
                  "others (warmdown branches fill their brackets)") if spec.branches else "3 widths per cell at least"
-        text = (f"total: {floor:.3g} to {cap:.3g} FLOPs (the law sampler stops a cell once its optimum is located: "
+        text = (f"total: {numbers.span(floor, cap, numbers.flops)} FLOPs (the law sampler stops a cell once its optimum is located: "
                 f"{least}, trials_per_cell at most)")
     reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
     if reference is not None:
         share = f"{cap / reference:.0%}" if floor == cap else f"{floor / reference:.0%} to {cap / reference:.0%}"
-        text += f"; the paper's grid of 116 runs spent {reference:.3g} ({share} of it here)"
+        text += f"; the paper's grid of 116 runs spent {numbers.flops(reference)} ({share} of it here)"
     return text
+
+
+# The GPU time of a sweep on GPUs is its FLOPs at an assumed model FLOPs utilisation of an assumed chip: 40% of
+# an H100 SXM's dense bf16 peak, a common figure for transformer pre-training at these sizes.
+MFU = 0.40
+PEAK_FLOPS = 989e12
+PEAK_NAME = "an H100 SXM's 989 TFLOP/s dense bf16 peak"
+
+
+def gpu_hours_estimate(spec: SweepSpec) -> str:
+    """GPU-hours = FLOPs / (MFU x peak) / 3600, for a sweep whose trials run on GPUs ("" otherwise): what the
+    sweep costs on a cluster, which the wall time measured here cannot say."""
+    if spec.gpus_per_trial <= 0 or spec.objective != "train":
+        return ""
+    hours = [f / (MFU * PEAK_FLOPS) / 3600 for f in flops_range(spec)]
+    return (f"GPU time: {numbers.span(*hours)} GPU-hours, assuming {MFU:.0%} MFU of {PEAK_NAME} "
+            f"(FLOPs / (MFU x peak))")

@@ -1,31 +1,84 @@
-"""What ``loopscale plan`` prints: the sweep's design, each cell's table of widths, the edge warnings, the FLOPs,
-the measured step time and the wall-time estimate by part, ending with the ETA."""
+"""What ``loopscale plan`` prints: its warnings first, the sweep's design, one line per cell (or with
+``--widths`` each cell's table of widths), the FLOPs, the GPU time at a stated MFU when trials run on GPUs, the
+measured step time and the wall-time estimate by part, ending with the ETA. Every number goes through
+``analysis.numbers``, and every line fits ``COLUMNS``."""
 
 from __future__ import annotations
 
+import textwrap
+
 from loopscale import objectives
+from loopscale.analysis import numbers
 from loopscale.model import account, iso_depth_template, tokens_for_budget
 
 from ..spec import Cell, SweepSpec
-from .flops import flops_estimate
+from .flops import flops_estimate, gpu_hours_estimate
 from .walltime import Estimate, Throughput, cpus, estimate
+
+COLUMNS = 120  # a terminal line; longer prose wraps, continued two spaces in
+
+
+def fit(line: str) -> list[str]:
+    """``line`` wrapped to ``COLUMNS``, its continuations indented two spaces past its own indent."""
+    if len(line) <= COLUMNS:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, COLUMNS, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _sizes(spec: SweepSpec, cell: Cell, s: float) -> tuple[int, int, int, int, int]:
+    """(width, N_once, N_rec, N, D) of the cell's model at width s."""
+    config = spec.model(s, cell.r)
+    p = account(config)
+    return config.width, p.N_once, p.N_rec, p.N, tokens_for_budget(config, cell.budget, spec.batch_tokens)
+
+
+def _trains(spec: SweepSpec, cell: Cell) -> bool:
+    return spec.objective == "train" or cell.stage == "calibrate"
 
 
 def cell_table(spec: SweepSpec, cell: Cell) -> str:
     """The cell's feasible widths with their sizes, tokens, tokens per parameter and (training) learning rates."""
-    trains = spec.objective == "train" or cell.stage == "calibrate"
-    lr_groups = _lr_groups(spec) if trains else ()
-    rows = [f"  {'':1} {'s':>5} {'width':>6} {'N_once':>11} {'N_rec':>11} {'N':>11} {'D':>11} {'D/N':>7} {'steps':>7}"
+    lr_groups = _lr_groups(spec) if _trains(spec, cell) else ()
+    rows = [f"  {'':1} {'s':>5} {'width':>6} {'N_once':>8} {'N_rec':>8} {'N':>8} {'D':>8} {'D/N':>6} {'steps':>6}"
             + "".join(f" {label:>8}" for _, label in lr_groups)]
     for s in cell.widths:
-        config = spec.model(s, cell.r)
-        p = account(config)
-        tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
-        lrs = objectives.trial_lrs(spec.trial_config(cell, s)) if trains else {}
-        rows.append(f"  {'*' if s == cell.first_guess else '':1} {s:>5g} {config.width:>6} {p.N_once:>11,} "
-                    f"{p.N_rec:>11,} {p.N:>11,} {tokens:>11,} {tokens / p.N:>7.1f} {tokens // spec.batch_tokens:>7,}"
-                    + "".join(f" {lrs[group]:>8.3g}" for group, _ in lr_groups))
+        width, n_once, n_rec, n, tokens = _sizes(spec, cell, s)
+        lrs = objectives.trial_lrs(spec.trial_config(cell, s)) if lr_groups else {}
+        rows.append(f"  {'*' if s == cell.first_guess else '':1} {s:>5g} {width:>6} {numbers.count(n_once):>8} "
+                    f"{numbers.count(n_rec):>8} {numbers.count(n):>8} {numbers.count(tokens):>8} "
+                    f"{numbers.sig(tokens / n):>6} {numbers.count(tokens // spec.batch_tokens):>6}"
+                    + "".join(f" {numbers.sig(lrs[group]):>8}" for group, _ in lr_groups))
     return "\n".join(rows)
+
+
+CELL_HEADER = (f"  {'cell':<14} {'trials':>6} {'widths':>6} {'s (first)':>11} {'width':>9} {'N (params)':>13} "
+               f"{'D (tokens)':>13} {'D/N':>11} {'steps':>11} {'lr':>14}")
+
+
+def cell_line(spec: SweepSpec, cell: Cell) -> str:
+    """One cell on one line: its trials, how many widths it may try, and the range of s (its first guess in
+    brackets), width, N, D, D/N, steps and (training) the matrices' learning rate over those widths."""
+    sizes = [_sizes(spec, cell, s) for s in (cell.widths[0], cell.widths[-1])]
+    (w0, _, _, n0, d0), (w1, _, _, n1, d1) = sizes
+    s_range = f"{numbers.span(cell.widths[0], cell.widths[-1], _g)} ({cell.first_guess:g})"
+    lr = ""
+    if _trains(spec, cell):
+        rates = [objectives.trial_lrs(spec.trial_config(cell, s))["matrices"] for s in (cell.widths[0], cell.widths[-1])]
+        lr = numbers.span(*rates)
+    steps = numbers.span(d0 // spec.batch_tokens, d1 // spec.batch_tokens, numbers.count)
+    return (f"  {cell.key:<14} {cell.n_trials:>6} {len(cell.widths):>6} {s_range:>11} {numbers.span(w0, w1, _g):>9} "
+            f"{numbers.span(n0, n1, numbers.count):>13} {numbers.span(d0, d1, numbers.count):>13} "
+            f"{numbers.span(d0 / n0, d1 / n1, _tpp):>11} {steps:>11} {lr:>14}").rstrip()
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
+
+
+def _tpp(value: float) -> str:
+    """Tokens per parameter: three significant figures, whole numbers from 100 (2.5, 40.3, 321)."""
+    return f"{value:.0f}" if value >= 100 else numbers.sig(value)
 
 
 def _lr_groups(spec: SweepSpec) -> tuple[tuple[str, str], ...]:
@@ -58,35 +111,48 @@ def edge_warnings(spec: SweepSpec) -> list[str]:
     return warnings
 
 
-def render_plan(spec: SweepSpec, throughput: Throughput | None) -> str:
+def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = False) -> str:
+    """The plan's text; ``widths``: every cell's table of widths instead of one line per cell."""
     t = iso_depth_template(spec.model_template())
-    lines = [
+    lines = edge_warnings(spec)
+    lines += [
         f"sweep {spec.name!r}: objective {spec.objective}, sampler {spec.sampler}, seed {spec.seed}, "
         f"{len(spec.budgets)} budgets x {len(spec.recurrences)} recurrences = {len(spec.cells())} cells, "
         f"{spec.planned_trials()} trials",
         f"template: depth {t['depth']} (prelude {t['prelude']}, coda {t['coda']}), "
         f"width = {spec.width_unit} s in heads of {spec.head_dim}, seq_len {spec.seq_len}, vocab {t['vocab_size']}, "
-        f"injection {t['injection']}; batch {spec.batch_tokens:,} tokens",
+        f"injection {t['injection']}; batch {numbers.count(spec.batch_tokens)} tokens",
     ]
     if spec.objective == "train" or spec.calibrate is not None:
         lines.append(_lr_note(spec))
     for cell in spec.cells("calibrate"):
         cal = spec.calibrate
         lines.append(f"calibration: {cal.param} in [{cal.low:g}, {cal.high:g}] (log) at s={cal.s:g}, r={cal.r}, "
-                     f"C={cal.budget:.3g}: {cal.trials} trials; the best rate goes to every search trial")
-    for cell in spec.cells():
-        lines += ["", f"cell {cell.key}: {cell.n_trials} trials over {len(cell.widths)} widths "
-                      f"(* = first guess, ~{spec.first_guess_tokens_per_param:g} tokens per parameter)",
-                  cell_table(spec, cell)]
-    lines += [""] + edge_warnings(spec)
+                     f"C={numbers.flops(cal.budget)}: {cal.trials} trials; the best rate goes to every search trial")
+    guess = f"~{spec.first_guess_tokens_per_param:g} tokens per parameter"
+    if widths:
+        for cell in spec.cells():
+            lines += ["", f"cell {cell.key}: {cell.n_trials} trials over {len(cell.widths)} widths "
+                          f"(* = first guess, {guess})", cell_table(spec, cell)]
+        lines.append("")
+    else:
+        lines += ["", f"cells: each column low-high over the cell's widths (s in brackets: the first guess, {guess}; "
+                      f"every width: --widths)"]
+        trains = any(_trains(spec, cell) for cell in spec.cells())
+        lines.append(CELL_HEADER if trains else CELL_HEADER.removesuffix("lr").rstrip())
+        lines += [cell_line(spec, cell) for cell in spec.cells()]
     lines.append(flops_estimate(spec))
+    gpu = gpu_hours_estimate(spec)
+    if gpu:
+        lines.append(gpu)
     if throughput is not None:
-        compile_note = f", {throughput.compile_s:.0f} s compile warm-up per shape" if throughput.compile_s else ""
-        lines.append(f"step time here: {throughput.step_s * 1e3:.0f} ms + FLOPs at {throughput.flops_per_s / 1e9:.1f} "
-                     f"GFLOP/s with {throughput.side_by_side} trial(s) stepping at once, {throughput.setup_s:.1f} s "
-                     f"set-up per trial{compile_note} ({throughput.device}, timed at {throughput.shape})")
+        compile_note = f", {numbers.duration(throughput.compile_s)} compile warm-up per shape" if throughput.compile_s else ""
+        lines.append(f"step time here: {numbers.sig(throughput.step_s * 1e3)} ms + FLOPs at "
+                     f"{numbers.sig(throughput.flops_per_s / 1e9)} GFLOP/s with {throughput.side_by_side} trial(s) "
+                     f"stepping at once, {numbers.duration(throughput.setup_s)} set-up per trial{compile_note} "
+                     f"({throughput.device}, timed at {throughput.shape})")
     lines += render_estimate(spec, estimate(spec, throughput))
-    return "\n".join(lines)
+    return "\n".join(wrapped for line in "\n".join(lines).split("\n") for wrapped in fit(line))
 
 
 def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
@@ -98,8 +164,8 @@ def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
              f"  {'start (imports, data, Ray, MLflow)':<36} {_duration(parts.start_s)}"]
     for stage, (low, high, trials) in parts.stages.items():
         why = ""
-        if high > low:
-            why = "; from the widths nearest each cell's first guess to its narrowest (costliest) widths"
+        if high != low:
+            why = "; from the widths nearest each cell's first guess to its narrowest widths"
         if stage == "search" and spec.sampler == "law":
             why += "; the law sampler may stop cells early"
         lines.append(f"  {stage + ' stage':<36} {_span(low, high)} ({trials} trials{why})")
@@ -110,20 +176,11 @@ def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
     return lines
 
 
-def _span(low: float, high: float) -> str:
-    """``19-23 min``, ``50 s to 2 min``, or one figure when both round alike."""
-    low_text, high_text = _duration(low), _duration(high)
-    if low_text == high_text:
-        return low_text
-    (low_n, low_unit), (_, high_unit) = low_text.split(" ", 1), high_text.split(" ", 1)
-    return f"{low_n}-{high_text}" if low_unit == high_unit else f"{low_text} to {high_text}"
-
-
 def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
+    """A wall-time estimate: to the second under 2 minutes, to the minute above (its seconds mean nothing)."""
+    return numbers.duration(seconds if seconds < 120 else round(seconds / 60) * 60)
+
+
+def _span(low: float, high: float) -> str:
+    """``19 min-23 min``, the shorter first; one figure when both round alike."""
+    return numbers.span(low, high, _duration)

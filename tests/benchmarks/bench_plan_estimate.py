@@ -67,9 +67,9 @@ def main() -> None:
         print(f"{'part':<12} {'estimate':>9} {'measured':>9} {'est/meas':>9}")
         rows = [("start+rest", parts.start_s, search_s - sum(stages.values()))]
         rows += [(stage, parts.stages[stage][0], stages.get(stage, float("nan"))) for stage in parts.stages]
-        rows += [("search cmd", parts.sweep_s, search_s)]
+        rows += [("search cmd", parts.sweep_s[0], search_s)]
         rows += [("analysis", parts.analysis_s, analysis_s if analyzed.returncode == 0 else float("nan"))]
-        rows += [("whole", parts.total_s, search_s + analysis_s)]
+        rows += [("whole", parts.total_s[0], search_s + analysis_s)]
         for name, est, measured in rows:
             print(f"{name:<12} {est:>8.0f}s {measured:>8.0f}s {est / measured:>9.2f}")
         if analyzed.returncode:
