@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import LoopedConfig
+from .counts import Accounting
 
 
 @dataclass(frozen=True)
@@ -71,22 +72,6 @@ class ParamCounts:
     def N_embed(self) -> int:
         """Embedding and LM head parameters (excluded from N, as in the paper)."""
         return self.embedding + self.lm_head
-
-
-@dataclass(frozen=True)
-class Accounting:
-    """What the search, the law and the analysis need of a model shape: N_once, N_rec, N_embed (the paper's
-    roles of the parameters) and training FLOPs per token."""
-
-    N_once: int
-    N_rec: int
-    N_embed: int
-    flops_per_token: int
-
-    @property
-    def N(self) -> int:
-        """Unique non-embedding parameters, the paper's N."""
-        return self.N_once + self.N_rec
 
 
 def account(config: LoopedConfig) -> Accounting:

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from .config import BUILTIN, LoopedConfig
@@ -164,14 +165,44 @@ def roles_asked(module: nn.Module) -> dict[str, str]:
 
 def embed_names(module: nn.Module, vocab_size: int) -> set[str]:
     """The parameters of the token embedding and the vocabulary projection (N_embed), tied or not: the weight of
-    an ``nn.Embedding`` of ``vocab_size`` rows and every parameter with a dimension of ``vocab_size``, unless
-    ``loopscale_roles()`` says otherwise (and any it calls "embed")."""
-    vocab_rows = {id(m.weight) for m in module.modules()
-                  if isinstance(m, nn.Embedding) and m.num_embeddings == vocab_size}
+    every ``nn.Embedding`` of ``vocab_size`` rows, and the weight and bias of the ``nn.Linear`` with
+    ``vocab_size`` outputs that a forward calls last (the head), unless ``loopscale_roles()`` says otherwise (and
+    any it calls "embed"). The head is found by a forward of one 2-token sequence, not by shape: at a width of
+    ``vocab_size`` (or an MLP of that width) a block's matrices have the head's shape. A head that is no
+    ``nn.Linear`` (a raw parameter used through ``F.linear``) is named "embed" by ``loopscale_roles()``."""
+    embeddings = [name for name, m in module.named_modules()
+                  if isinstance(m, nn.Embedding) and m.num_embeddings == vocab_size]
+    head = _last_vocab_linear(module, vocab_size)
+    found = {_qualified(name, "weight") for name in embeddings}
+    if head is not None:
+        found |= {_qualified(head, p) for p, _ in module.get_submodule(head).named_parameters()}
     asked = roles_asked(module)
-    found = {name for name, p in module.named_parameters() if id(p) in vocab_rows or vocab_size in p.shape}
     return {name for name in found if asked.get(name, "embed") == "embed"} | {n for n, r in asked.items()
                                                                                 if r == "embed"}
+
+
+def _qualified(module_name: str, param: str) -> str:
+    return f"{module_name}.{param}" if module_name else param
+
+
+def _last_vocab_linear(module: nn.Module, vocab_size: int) -> str | None:
+    """The name of the last ``nn.Linear`` with ``vocab_size`` outputs that ``module``'s forward calls."""
+    called: list[str] = []
+    handles = [m.register_forward_hook(lambda m, args, out, name=name: called.append(name))
+               for name, m in module.named_modules() if isinstance(m, nn.Linear) and m.out_features == vocab_size]
+    if not handles:
+        return None
+    device = next(module.parameters()).device
+    try:
+        with torch.no_grad():
+            module(torch.zeros(1, 2, dtype=torch.long, device=device))
+    except Exception as exc:
+        raise ValueError(f"{type(module).__name__}: forward(idx) of one 2-token sequence, run to find its "
+                         f"vocabulary projection, raised {type(exc).__name__}: {_first_line(exc)}") from None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return called[-1] if called else None
 
 
 def param_groups(module: nn.Module, vocab_size: int | None) -> dict[str, list[nn.Parameter]]:

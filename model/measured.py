@@ -8,9 +8,9 @@ sequence of ``seq_len`` tokens:
   arguments. A parameter read the same way more than once per forward (the shared block, run r times) is
   ``loop`` (N_rec); one whose every access happens once is ``once`` (N_once), and so are per-loop slices of one
   tensor (``A[i]`` at loop i: a different view path each loop). The token embedding and the vocabulary
-  projection are ``embed`` (N_embed): an ``nn.Embedding`` of ``vocab_size`` rows and any parameter with a
-  dimension of ``vocab_size``, tied or not. ``module.loopscale_roles()`` overrides the roles of the parameters it
-  names. A parameter no forward reads is an error (it would count as a model size but never train).
+  projection are ``embed`` (N_embed): an ``nn.Embedding`` of ``vocab_size`` rows and the last ``nn.Linear`` with
+  ``vocab_size`` outputs a forward calls, tied or not (``architecture.embed_names``).
+  ``module.loopscale_roles()`` overrides the roles of the parameters it names. A parameter no forward reads is an error (it would count as a model size but never train).
 * **FLOPs.** ``torch.utils.flop_counter.FlopCounterMode`` over forward and backward of the loss, divided by the
   tokens. On the meta device attention counts in full (4 h q T per layer forward, as the paper counts it); the
   fused CPU flash-attention kernel would count 0. Norm scales, softmax and element-wise work count nothing (the
@@ -38,12 +38,14 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import architecture
-from .accounting import Accounting
+from .counts import Accounting
 from .config import LoopedConfig
 
 ROLES = ("once", "loop", "embed")
 _MEMO: dict[str, Accounting] = {}
 _CACHE: list[Path] = []  # the folder ``cache_in`` named, if any
+# The measuring code is part of the key: a count cached under an older role rule must not outlive the rule.
+_MEASURER = hashlib.sha256(Path(architecture.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
 
 
 def cache_in(folder: str | os.PathLike | None) -> None:
@@ -70,7 +72,7 @@ def measure(config: LoopedConfig) -> Accounting:
 def cache_key(config: LoopedConfig) -> str:
     shape = {k: v for k, v in config.to_dict().items() if k not in ("architecture", "options")}
     blob = json.dumps({"fingerprint": architecture.fingerprint(config.architecture), "options": config.options,
-                       "shape": shape}, sort_keys=True, default=str)
+                       "shape": shape, "measurer": _MEASURER}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

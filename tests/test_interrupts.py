@@ -511,7 +511,7 @@ def loopscale(*argv: str, cwd: Path, timeout_s: float = 120, env: dict | None = 
 def test_huge_budgets_are_planned_and_exported_without_hanging(tmp_path):
     (tmp_path / "spec.toml").write_text(to_toml(base_spec(tmp_path, budgets=[1e40], recurrences=[1])))
     plan = loopscale("plan", "spec.toml", cwd=tmp_path)
-    assert plan.returncode == 0 and "total: 3e+40 FLOPs" in plan.stdout  # 3 trials, plan.stderr[-2000:]
+    assert plan.returncode == 0 and "total: 3.00e40 FLOPs" in plan.stdout  # 3 trials, plan.stderr[-2000:]
     export = loopscale("export", "--law", "paper", "--budgets", "1e50", cwd=tmp_path)
     assert export.returncode == 0 and export.stdout.count("\n1e+50,") == 4, export.stderr[-2000:]
 

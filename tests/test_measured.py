@@ -97,6 +97,19 @@ def test_the_embedding_and_the_projection_are_n_embed_tied_or_not():
     assert "head.weight" not in roles  # one tensor, counted once
 
 
+def test_a_block_of_the_vocabulary_shape_is_no_embedding():
+    """The head is the last vocabulary projection a forward calls, not any matrix of its shape: at a width (or
+    an MLP width) equal to vocab_size the blocks stay N_once / N_rec."""
+    for vocab in (128, 256):  # the width at s = 4, and the fixture's MLP width (2 d)
+        config = LoopedConfig.iso_depth(4, 2, architecture=f"{TINY}:tiny_loop", **{**SHAPE, "vocab_size": vocab})
+        counts, _ = measure_module(config)
+        assert counts.N_embed == 2 * vocab * config.width and counts.N_rec == _block(config.width)
+    for vocab in (128, 512):  # LoopedLM's width and its MLP width (4 d)
+        config = LoopedConfig.iso_depth(4, 2, **{**SHAPE, "vocab_size": vocab})
+        measured, closed = measure_module(config)[0], count_params(config)
+        assert (measured.N_once, measured.N_rec, measured.N_embed) == (closed.N_once, closed.N_rec, closed.N_embed)
+
+
 def test_per_loop_slices_of_one_tensor_are_each_used_once():
     rank = 3
     for r in (2, 4):
