@@ -5,6 +5,10 @@ tracking server on loopback that is backed by a real PostgreSQL server (tests/se
 Every trial must run on a worker node (the head has no CPU), both workers must get trials, and every run must
 reach PostgreSQL through the server with the id of the node it ran on (the ``node`` tag). Starting three Ray
 nodes, PostgreSQL and MLflow takes about a minute on 2 cores, so this is the one test that does it.
+
+A second cluster has a worker node that cannot see the folder of a spec's own architecture (its own mount
+namespace, an empty tmpfs over the folder): the sweep's training trials run there from the copy Ray ships in the
+job's runtime environment, as on machines that share no file system with the driver.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from loopscale.model import account
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from servers import mlflow_server, postgres_bin, postgres_database
@@ -86,3 +94,70 @@ def test_a_sweep_spreads_over_two_worker_nodes_and_logs_to_a_postgres_backed_ser
         (parent,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
         assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["flops_spent.json", "spec.toml"]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.fixture
+def blind_cluster(monkeypatch, tmp_path):
+    """Head (0 CPUs) + one 1-CPU worker node that cannot see ``tmp_path / "arch"``: the worker's Ray processes run
+    in their own mount namespace with an empty tmpfs over that folder, as a machine without the user's files."""
+    from ray.cluster_utils import Cluster
+
+    hidden = tmp_path / "arch"
+    hidden.mkdir()
+    temp = tempfile.mkdtemp(prefix="lsb", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", temp)
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 0})
+    worker = subprocess.Popen(
+        ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none "$1" && shift && exec "$@"', "sh", str(hidden),
+         sys.executable, "-m", "ray.scripts.scripts", "start", "--address", cluster.address, "--num-cpus", "1",
+         "--block"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield cluster, hidden
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+        cluster.shutdown()
+        for pid in processes_using(temp):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(tmp_path, blind_cluster):
+    """A spec's own architecture reaches a node that lacks the user's files through Ray's runtime environment
+    (``py_modules``): the node cannot see the file, and the sweep's training trials run there all the same."""
+    import ray
+
+    cluster, hidden = blind_cluster
+    shutil.copy(Path(__file__).parent / "fixtures" / "tiny_loop.py", hidden / "tiny_loop.py")
+    path = write_spec(tmp_path, objective="train", budgets=[2e9], recurrences=[2], trials_per_cell=2,
+                      sampler="grid", val_tokens=2048, data={"source": "kjv"}, widths={"s_min": 1, "s_max": 2},
+                      template={"architecture": "arch/tiny_loop.py:tiny_loop"})
+    spec = SweepSpec.from_toml(path)
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        for _ in range(120):  # the worker node joins once its raylet is up
+            workers = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+            if workers:
+                break
+            time.sleep(1)
+        (worker,) = workers
+
+        @ray.remote(num_cpus=1)
+        def sees(file: str) -> bool:
+            return Path(file).exists()
+
+        assert ray.get(sees.remote(str(hidden / "tiny_loop.py")), timeout=300) is False
+    finally:
+        ray.shutdown()
+    assert main(["search", str(path), "--address", cluster.address]) == 0
+    client = MlflowClient(spec.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id],
+                              "tags.`loopscale.kind` = 'trial'")
+    assert len(runs) == spec.planned_trials() == 2
+    for run in runs:
+        assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
+        assert run.data.tags["node"] == worker["NodeID"]
+        assert run.data.metrics["N_once"] == account(spec.model(float(run.data.metrics["s"]), 2)).N_once
