@@ -36,6 +36,17 @@ from test_spec import write_spec
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
 
 
+def _shut_down(cluster, temp: str) -> None:
+    """The cluster, then anything ``cluster.shutdown()`` left behind (found by its private temp dir)."""
+    cluster.shutdown()
+    for pid in processes_using(temp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.fixture
 def cluster(monkeypatch):
     """Head (0 CPUs) + two workers (1 CPU each); every process is found by its private temp dir afterwards."""
@@ -49,13 +60,7 @@ def cluster(monkeypatch):
         cluster.wait_for_nodes()
         yield cluster, workers
     finally:
-        cluster.shutdown()
-        for pid in processes_using(temp):  # anything cluster.shutdown() left behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp, ignore_errors=True)
+        _shut_down(cluster, temp)
 
 
 def count_rows(database_uri: str, sql: str) -> int:
@@ -116,13 +121,7 @@ def blind_cluster(monkeypatch, tmp_path):
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
-        cluster.shutdown()
-        for pid in processes_using(temp):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp, ignore_errors=True)
+        _shut_down(cluster, temp)
 
 
 def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(tmp_path, blind_cluster):
