@@ -135,8 +135,10 @@ def source_files(architecture: str) -> list[Path]:
 
 
 def fingerprint(architecture: str) -> str:
-    """sha256 over the architecture's name and its source: a changed file is a new architecture."""
-    digest = hashlib.sha256(architecture.encode())
+    """sha256 over the architecture's factory (a file by its name, not its folder) and its source: the same file
+    in another checkout is the same architecture, an edited file a new one."""
+    target, attribute = split(architecture)
+    digest = hashlib.sha256(f"{Path(target).name if target.endswith('.py') else target}:{attribute}".encode())
     for path in source_files(architecture):
         digest.update(path.read_bytes())
     return digest.hexdigest()

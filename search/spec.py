@@ -360,8 +360,13 @@ class SweepSpec:
     def design(self) -> dict[str, Any]:
         """What the sweep measures, as each field declares it: every compared field but the ``PLACEMENT`` ones,
         and an ``added`` field only where it differs from the value that behaves as before it was added (a
-        sweep started by an earlier version keeps its ``spec_hash`` and resumes)."""
+        sweep started by an earlier version keeps its ``spec_hash`` and resumes). A spec's own architecture
+        enters by its source fingerprint, so a checkout in another folder resumes and an edited file does not."""
         values = dataclasses.asdict(self)
+        if "architecture" in values["template"]:  # by its source, not by where the spec's folder lies
+            from loopscale.model import architecture
+
+            values["template"]["architecture"] = architecture.fingerprint(values["template"]["architecture"])
         return {f.name: values[f.name] for f in dataclasses.fields(self)
                 if f.compare and not f.metadata.get("placement")
                 and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}

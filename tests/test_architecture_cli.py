@@ -92,3 +92,16 @@ def test_set_names_the_architecture_as_it_names_any_key(workdir):
     assert trial.model_config.architecture == named.template["architecture"]
     assert SweepSpec.from_toml(spec, [f"template.architecture={workdir / 'tiny_loop.py'}:tiny_loop",
                                       "template.options.adapters=2"]).spec_hash != named.spec_hash
+
+
+def test_the_hash_follows_the_architecture_s_source_not_its_folder(tmp_path):
+    """The same spec and file in another folder (another checkout) resume as the same sweep; an edited file is
+    another architecture, so a sweep started before the edit refuses to resume after it."""
+    hashes = []
+    for folder in ("one", "elsewhere/two"):
+        (tmp_path / folder).mkdir(parents=True)
+        hashes.append(SweepSpec.from_toml(arch_spec(tmp_path / folder, "tiny_loop.py:tiny_loop")).spec_hash)
+    assert hashes[0] == hashes[1]
+    edited = tmp_path / "one" / "tiny_loop.py"
+    edited.write_text(edited.read_text() + "\n# an edit\n")
+    assert SweepSpec.from_toml(tmp_path / "one" / "spec.toml").spec_hash != hashes[0]
