@@ -10,7 +10,8 @@ sequence of ``seq_len`` tokens:
   tensor (``A[i]`` at loop i: a different view path each loop). The token embedding and the vocabulary
   projection are ``embed`` (N_embed): an ``nn.Embedding`` of ``vocab_size`` rows and the last ``nn.Linear`` with
   ``vocab_size`` outputs a forward calls, tied or not (``architecture.embed_names``).
-  ``module.loopscale_roles()`` overrides the roles of the parameters it names. A parameter no forward reads is an error (it would count as a model size but never train).
+  ``module.loopscale_roles()`` overrides the roles of the parameters it names. A parameter no forward reads is
+  an error (it would count as a model size but never train).
 * **FLOPs.** ``torch.utils.flop_counter.FlopCounterMode`` over forward and backward of the loss, divided by the
   tokens. On the meta device attention counts in full (4 h q T per layer forward, as the paper counts it); the
   fused CPU flash-attention kernel would count 0. Norm scales, softmax and element-wise work count nothing (the

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from loopscale.analysis import numbers
 from loopscale.model import account
 from loopscale.model.architecture import build
 from loopscale.model.measured import call_forward
@@ -40,7 +41,7 @@ def check_architecture(spec: SweepSpec) -> tuple[list[str], list[str]]:
             config = spec.model(s, r)
             a = account(config)
             report.append(f"  {r:>2} {config.width:>6} {a.N_once:>12,} {a.N_rec:>12,} {a.N_embed:>12,} "
-                          f"{a.flops_per_token:>12.4g}")
+                          f"{numbers.flops(a.flops_per_token):>12}")
     config = spec.model(spec.s_min, min(spec.recurrences))
     problems: list[str] = []
     tokens = torch.randint(0, config.vocab_size, (ROWS, min(config.seq_len, TOKENS) + 1),
