@@ -1,6 +1,7 @@
 """A spec's own architecture end to end: a tiny ``loopscale search`` with ``objective = "train"`` on a model
 defined in a file next to the spec runs through real Ray Tune and MLflow, every run carries the measured
-N_once, N_rec and FLOPs per token of its width, and ``loopscale analyze`` fits it. Ray receives the file through
+N_once, N_rec and FLOPs per token of its width, ``loopscale analyze`` fits it and ``loopscale compare`` sets it
+against the built-in on the same shapes. Ray receives the file through
 its runtime environment (``py_modules``): a Ray task imports it by name from there, with no file system shared.
 """
 
@@ -33,15 +34,15 @@ def _spec(tmp_path: Path, **overrides) -> Path:
 
 @pytest.mark.slow
 def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, capsys):
-    path = _spec(tmp_path, objective="train", budgets=[2e9, 4e9], recurrences=[1, 2], trials_per_cell=2,
-                 sampler="grid", val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2},
-                 widths={"s_min": 1, "s_max": 3})
+    shapes = dict(objective="train", budgets=[2e9, 4e9, 8e9], recurrences=[1, 2], trials_per_cell=2, sampler="grid",
+                  val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2}, widths={"s_min": 1, "s_max": 3})
+    path = _spec(tmp_path, **shapes)
     spec = SweepSpec.from_toml(path)
     assert main(["search", str(path)]) == 0
     client = MlflowClient(spec.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     runs = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'")
-    assert len(runs) == spec.planned_trials() == 8
+    assert len(runs) == spec.planned_trials() >= 10
     for run in runs:
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
         r, s = int(run.data.metrics["r"]), float(run.data.metrics["s"])
@@ -54,6 +55,14 @@ def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, 
     assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out),
                  *FAST]) == 0
     assert (out / "tables" / "excluded_runs.csv").exists()
+    capsys.readouterr()
+
+    # the built-in on the same shapes, then Delta-phi between the two
+    builtin = write_spec(tmp_path, "builtin.toml", name="builtin", **shapes)
+    assert main(["search", str(builtin)]) == 0
+    assert main(["compare", "builtin", spec.name, "--tracking-uri", spec.tracking_uri, *FAST]) == 0
+    printed = capsys.readouterr().out
+    assert "Delta-phi (B - A) = " in printed and f"{spec.name}: phi = " in printed and "builtin: phi = " in printed
 
 
 def test_ray_ships_the_architecture_file_to_its_workers(tmp_path):
