@@ -191,6 +191,25 @@ def _ui(args: argparse.Namespace) -> int:
     return serve(resolve_tracking_uri(args.tracking_uri), args.host, args.port, args.experiment)
 
 
+def add_status(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "status", help="where a running or stopped sweep stands, from any terminal (reads only, takes no lock)",
+        description="Read the sweep's runs and its driver lock, without taking it, and print whether it is "
+                    "running (and which driver), finished or stopped; trials ended per stage against the plan, "
+                    "running and failed ones; FLOPs spent; each cell's best run so far; and an ETA at the pace "
+                    "so far.")
+    p.add_argument("name", help="the sweep's name (its MLflow experiment)")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
+    p.set_defaults(func=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from loopscale.analysis.status import sweep_status
+
+    print("\n".join(sweep_status(args.name, args.tracking_uri).lines()))
+    return 0
+
+
 def add_demo(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo", help="the whole study on this machine: the demo sweep (real CPU training), analysis, tables",
@@ -213,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     from loopscale.analysis.cli import register as add_analysis  # analyze, export and compare
 
     subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_check_arch, add_tokenizer,
-                                                                       add_search, add_analysis, add_ui, add_demo]
+                                                                       add_search, add_status, add_analysis, add_ui,
+                                                                       add_demo]
     parser = argparse.ArgumentParser(
         prog="loopscale",
         description="Find compute-optimal looped language models: sweep (FLOP budget, recurrences) cells with "
