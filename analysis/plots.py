@@ -1,4 +1,5 @@
-"""The analysis figures, drawn with matplotlib's object API on the Agg canvas (no pyplot, no global state).
+"""The analysis figures, drawn with matplotlib's object API on the Agg canvas (no pyplot, no global state), each
+saved as PNG (for the MLflow UI and the README), SVG and PDF (for a paper).
 
 isoflop_figure      loss against N in each (budget, r) cell, the cell's parabola and its optimum
 frontier_figure     loss against training FLOPs, the Pareto frontier per r and the law's compute-optimal curve
@@ -9,13 +10,17 @@ phi_figure          the bootstrap distribution of phi with the point estimate an
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from . import numbers
 
 from .fit_types import LawFit
 from .frontier import training_flops
@@ -28,9 +33,15 @@ def _figure(width: float = 7.5, height: float = 5.0) -> Figure:
     return fig
 
 
-def save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=120)
-    return path
+FORMATS = ("png", "svg", "pdf")
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    """``fig`` as ``stem.png``, ``stem.svg`` and ``stem.pdf``; the paths written."""
+    paths = [stem.with_suffix(f".{form}") for form in FORMATS]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    return paths
 
 
 def _color(i: int) -> str:
@@ -38,9 +49,28 @@ def _color(i: int) -> str:
 
 
 def _grid(fig: Figure, n: int):
+    """``n`` panels, two to a row, sharing the loss axis so that the r panels read against each other."""
     cols = min(n, 2)
     rows = int(np.ceil(n / cols))
-    return np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
+    return np.atleast_1d(fig.subplots(rows, cols, squeeze=False, sharey=True).ravel())
+
+
+def _flops_tick(value: float) -> str:
+    mantissa, _, exponent = f"{value:.0e}".partition("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _count_tick(value: float) -> str:
+    """``numbers.count`` without trailing zeros, as a tick label reads: 5k, 10k, 20k, 1.5M."""
+    return re.sub(r"\.?0+(?=[kMBT]?$)", "", text) if "." in (text := numbers.count(value)) else text
+
+
+def _log_ticks(axis, form) -> None:
+    """A log axis labelled at 1, 2 and 5 per decade in ``form`` (10k, 20k, 50k; 1e12, 2e12): a sweep's range is
+    often under a decade, where matplotlib labels one tick or none, and its minor labels overlap."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: form(value)))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def isoflop_figure(runs: pd.DataFrame, optima: IsoflopResult) -> Figure:
@@ -56,7 +86,7 @@ def isoflop_figure(runs: pd.DataFrame, optima: IsoflopResult) -> Figure:
             if cell.empty:
                 continue
             n = cell["N_once"] + cell["N_rec"]
-            ax.scatter(n, cell["val_loss"], s=14, color=_color(i), label=f"C={budget:.3g}")
+            ax.scatter(n, cell["val_loss"], s=14, color=_color(i), label=f"C = {numbers.flops(budget)}")
             match = table[(table["r"] == r) & (table["budget_flops"] == budget)]
             if match.empty or "c2" not in match or not np.isfinite(match["c2"].iloc[0]):
                 continue
@@ -72,14 +102,19 @@ def isoflop_figure(runs: pd.DataFrame, optima: IsoflopResult) -> Figure:
                 ax.errorbar([row["N_opt"]], [row["L_opt"]], xerr=err, fmt="*", ms=10, color=_color(i),
                             mec="black", mew=0.5)
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels of a short log range overlap
+        _log_ticks(ax.xaxis, _count_tick)
         ax.set_title(f"r = {r}")
         ax.set_xlabel("unique non-embedding parameters N")
+        ax.yaxis.set_tick_params(labelleft=True)  # shared, but each panel is read on its own too
+    for ax in axes[::2]:
         ax.set_ylabel("validation loss (nats)")
     for ax in axes[len(rs):]:
         ax.set_visible(False)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("IsoFLOP curves: parabola in log N per (budget, r); stars: interior optima")
+    colours = {f"C = {numbers.flops(b)}": _color(i) for i, b in enumerate(budgets)}
+    handles = [Line2D([], [], color=c, marker="o", ls="-", lw=1, ms=4, label=k) for k, c in colours.items()]
+    handles.append(Line2D([], [], color="grey", marker="*", ms=10, mec="black", mew=0.5, ls="", label="optimum"))
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, title="budget")
+    fig.suptitle("IsoFLOP curves: a parabola in log N per (budget, r); stars: interior optima with their interval")
     return fig
 
 
@@ -87,19 +122,28 @@ def frontier_figure(runs: pd.DataFrame, frontier: pd.DataFrame, law_curves: pd.D
     """All runs by r, each r's Pareto frontier (steps) and, where given, the law's L*_r(C)."""
     fig = _figure()
     ax = fig.subplots()
+    handles = []
     for i, r in enumerate(sorted(runs["r"].unique().astype(int))):
         mine = runs[runs["r"] == r]
-        ax.scatter(training_flops(mine), mine["val_loss"], s=10, alpha=0.5, color=_color(i), label=f"r = {r}")
+        ax.scatter(training_flops(mine), mine["val_loss"], s=8, alpha=0.25, color=_color(i), lw=0)
         front = frontier[frontier["group"] == f"r={r}"]
-        ax.step(front["training_flops"], front["val_loss"], where="post", color=_color(i), lw=1.2)
+        ax.step(front["training_flops"], front["val_loss"], where="post", color=_color(i), lw=1.8)
+        ax.scatter(front["training_flops"], front["val_loss"], s=18, color=_color(i), edgecolor="black", lw=0.4,
+                   zorder=3)
         if law_curves is not None:
             curve = law_curves[law_curves["r"] == r]
             ax.plot(curve["budget_flops"], curve["loss"], ls="--", color=_color(i), lw=1)
+        handles.append(Line2D([], [], color=_color(i), lw=1.8, label=f"r = {r}"))
+    handles += [Line2D([], [], color="grey", marker="o", ls="", alpha=0.4, ms=4, label="every run"),
+                Line2D([], [], color="grey", lw=1.8, marker="o", ms=4, mec="black", label="Pareto frontier")]
+    if law_curves is not None:
+        handles.append(Line2D([], [], color="grey", ls="--", lw=1, label="law: compute-optimal L*(C)"))
     ax.set_xscale("log")
+    _log_ticks(ax.xaxis, _flops_tick)
     ax.set_xlabel("training FLOPs")
     ax.set_ylabel("validation loss (nats)")
-    ax.set_title("Pareto frontier per r (steps) and the fitted law's compute-optimal loss (dashed)")
-    ax.legend(fontsize=8)
+    ax.set_title("Lowest loss reached for the compute spent, per r")
+    ax.legend(handles=handles, fontsize=8)
     return fig
 
 
@@ -123,6 +167,9 @@ def law_figure(optima: IsoflopResult, law_curves: pd.DataFrame) -> Figure:
         ax.set_xscale("log")
         ax.set_xlabel("budget C (FLOPs)")
     ax_n.set_yscale("log")
+    for ax in (ax_l, ax_n):
+        _log_ticks(ax.xaxis, _flops_tick)
+    _log_ticks(ax_n.yaxis, _count_tick)
     ax_l.set_ylabel("compute-optimal loss L* (nats)")
     ax_n.set_ylabel("compute-optimal N*")
     ax_l.legend(fontsize=8)

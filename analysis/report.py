@@ -147,7 +147,7 @@ class Analysis:
         for name, table in self.tables.items():
             paths += write_all(table, out_dir / "tables" / name)
         for name, fig in self.figures().items():
-            paths.append(save(fig, out_dir / "plots" / f"{name}.png"))
+            paths += save(fig, out_dir / "plots" / name)
         summary = json.dumps(_plain(self.summary()), indent=1, allow_nan=False)
         (out_dir / "summary.json").write_text(summary + "\n")
         (out_dir / "summary.txt").write_text(self.summary_text() + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -69,6 +70,10 @@ def test_analyze_the_paper_replay_from_mlflow(replay, tmp_path, capsys):
     pngs = {p.name for p in (out / "plots").glob("*.png")}
     assert pngs == {"isoflop.png", "frontier.png", "law_vs_optima.png", "residuals.png", "phi_bootstrap.png"}
     assert all((out / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    for png in pngs:  # and each figure for a paper, as SVG and PDF
+        stem = out / "plots" / Path(png).stem
+        assert stem.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
+        assert b"<svg" in stem.with_suffix(".svg").read_bytes()[:2000]
 
     client, runs = analysis_runs(replay["uri"])
     assert len(runs) == 1
