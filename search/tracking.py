@@ -57,7 +57,7 @@ from loopscale.objectives.trial import is_branch_key
 
 from .spec import SweepSpec
 from .stopping import StoreFailure
-from .ui import VIEW_TAG, runs_view
+from .ui import VIEW_TAG, loss_tag, runs_view, view_tags
 
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
@@ -350,8 +350,8 @@ class TrialTracker:
                 "stage": meta["stage"], "cell": meta["cell"], "r": str(trial.r),
                 "budget": f"{trial.budget_flops:.6g}", "objective": trial.objective,
                 "trial_key": key, "status": "running",
-                **({"cell_widths": meta["cell_widths"]} if "cell_widths" in meta else {})}
-        entry = _Open(tags=tags, params=params, name=run_name(meta["stage"], trial))
+                **({"cell_widths": meta["cell_widths"]} if "cell_widths" in meta else {}), **view_tags(trial)}
+        entry = _Open(tags=tags, params=params, name=run_name(meta["stage"], trial, meta.get("searched", "s")))
         if stale:  # its trial may have ended before the driver died: the run ends when the receipt comes
             entry.run_id, entry.started_ms, entry.again = stale, stale_start, now_ms
         self._open[key] = entry
@@ -384,6 +384,7 @@ class TrialTracker:
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
         entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
+        tags += [RunTag(k, v) for k, v in loss_tag(result).items()]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))
         tags += [RunTag(f"{RECEIPT_TAG}.{i // MAX_TAG_VAL_LENGTH}", receipt[i:i + MAX_TAG_VAL_LENGTH])
@@ -434,9 +435,14 @@ class TrialTracker:
         return list(iter_runs(self._client, self.experiment_id, query))
 
 
-def run_name(stage: str, trial: TrialConfig) -> str:
-    """What the UI's runs table shows first: stage, budget, r and width, e.g. ``search C=1e+12 r=4 d=64``."""
-    return f"{stage} C={trial.budget_flops:.3g} r={trial.r} d={trial.model_config.width}"
+def run_name(stage: str, trial: TrialConfig, searched: str = "s") -> str:
+    """What the UI's runs table shows first: stage, budget, r and width, e.g. ``search C=1e+12 r=4 d=64``, and
+    the value a calibration trial tries (``searched``, "recipe.<key>"): ``calibrate C=5e+09 r=1 d=32 base_lr=0.02``."""
+    name = f"{stage} C={trial.budget_flops:.3g} r={trial.r} d={trial.model_config.width}"
+    if searched.startswith("recipe."):
+        key = searched.removeprefix("recipe.")
+        name += f" {key}={trial.recipe[key]:.3g}"
+    return name
 
 
 def _finite(value: Any) -> bool:

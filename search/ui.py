@@ -8,6 +8,7 @@ cleanly on Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -16,8 +17,11 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
+from loopscale.analysis import numbers
 from loopscale.analysis.store import check_server, check_store, redact
+from loopscale.objectives import TrialConfig
 from loopscale.search.stopping import SIGNALS, restore_signals
 
 LOOPBACK = "127.0.0.1"
@@ -27,20 +31,39 @@ LOOPBACK = "127.0.0.1"
 # (selectedColumns, groupBy, ...), read from mlflow/server/js's build of 3.17.
 VIEW_KEY = "loopscale"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-# What a trial is and what it scored; each trial logs them as metrics (objectives.METRIC_KEYS).
-VIEW_METRICS = ("r", "budget_flops", "width", "N", "tokens", "val_loss")
+# What a trial is and what it scored, as the runs table shows them: tags written for reading (``view_tags``:
+# budgets in e-notation, counts in k/M/B, the loss to 3 decimals), not the metrics, so that a cell's group row
+# shows no per-column minimum of its runs (a run that does not exist) and nothing is cut or shown to 10 digits.
+# The metrics stay for sorting, charts and the analysis.
+VIEW_TAGS = ("r", "C", "width", "N", "tokens", "loss")
+
+
+def view_tags(trial: TrialConfig) -> dict[str, str]:
+    """The runs table's shape columns of a trial (``VIEW_TAGS`` but ``r``, a tag already, and ``loss``,
+    ``loss_tag``), written when its run is created."""
+    from loopscale.model import account, tokens_for_budget
+
+    tokens = tokens_for_budget(trial.model_config, trial.budget_flops, trial.batch_tokens)
+    return {"C": numbers.flops(trial.budget_flops), "width": str(trial.model_config.width),
+            "N": numbers.count(account(trial.model_config).N), "tokens": numbers.count(tokens)}
+
+
+def loss_tag(result: dict[str, Any]) -> dict[str, str]:
+    """The runs table's ``loss`` column of a trial's result ({} without a finite val_loss)."""
+    loss = result.get("val_loss")
+    return {"loss": numbers.loss(loss)} if isinstance(loss, (int, float)) and math.isfinite(loss) else {}
 
 
 def runs_view() -> str:
-    """The runs table a sweep opens on: the run name, r, budget, width, N, tokens and val_loss as columns,
-    sorted by val_loss (best first) and grouped by (budget, r) cell, every run shown."""
+    """The runs table a sweep opens on: the run name and ``VIEW_TAGS`` as columns, sorted by val_loss (best
+    first) and grouped by (budget, r) cell, every run shown."""
     run_name = "attributes.`Run Name`"
-    metrics = [f"metrics.`{key}`" for key in VIEW_METRICS]
+    columns = [f"tags.`{key}`" for key in VIEW_TAGS]
     return json.dumps({
         "orderByKey": "metrics.`val_loss`", "orderByAsc": True,
-        "selectedColumns": [run_name, *metrics], "runsHiddenMode": "SHOW_ALL",
-        # names in full (e.g. "search C=1e+13 r=4 d=112") and metrics in VIEW_METRICS' order, not alphabetical
-        "columnOrder": [run_name, *metrics], "columnWidths": {run_name: 240, **{m: 110 for m in metrics}},
+        "selectedColumns": [run_name, *columns], "runsHiddenMode": "SHOW_ALL",
+        # names in full (e.g. "search C=1e+13 r=4 d=112") and columns in VIEW_TAGS' order, not alphabetical
+        "columnOrder": [run_name, *columns], "columnWidths": {run_name: 320, **{c: 90 for c in columns}},
         "groupBy": {"aggregateFunction": "min", "groupByKeys": [{"mode": "tag", "groupByData": "cell"}]},
         # the runs without a cell (the sweep's run, the analysis run) form a group named after the grouping,
         # collapsed unless listed here

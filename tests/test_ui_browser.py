@@ -94,6 +94,8 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
         # every trial is listed by name, and the name carries its r and width
         assert run.info.run_name in body
         assert f"r={run.data.tags['r']} d={int(run.data.metrics['width'])}" in run.info.run_name
+        if run.data.tags["stage"] == "calibrate":  # calibration runs differ by the rate they try
+            assert run.info.run_name.endswith(f" base_lr={float(run.data.params['recipe.base_lr']):.3g}")
 
     page.get_by_role("link", name="analysis", exact=True).click()
     page.get_by_text("Artifacts").first.click()
@@ -108,31 +110,41 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
 
 
 def test_the_sweep_opens_in_its_view_by_cell_sorted_by_loss(ui, page):
-    """The URL `loopscale ui` prints opens the sweep's shared view: r, budget, width, N, tokens and val_loss
-    as columns in that order, runs grouped by cell, each group best first and the groups by their best loss."""
+    """The URL `loopscale ui` prints opens the sweep's shared view: r, budget C, width, N, tokens and the loss as
+    columns in that order, written for reading (e-notation, k/M counts, 3 decimals), runs grouped by cell with no
+    per-column aggregate on a group's row, each group best first and the groups by their best loss."""
     url, uri = ui
     assert "viewStateShareKey=loopscale" in url
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id], max_results=1000)
     page.goto(url)
-    page.locator(".ag-header-cell[col-id='metrics.`val_loss`']").wait_for(timeout=90_000)
+    page.locator(".ag-header-cell[col-id='tags.`loss`']").wait_for(timeout=90_000)
     page.get_by_text(f"{len(runs)} matching runs").wait_for(timeout=60_000)
     page.get_by_text("Group: C=1e+13,r=4").wait_for(timeout=30_000)
     page.screenshot(path=str(SHOTS / "runs_view.png"), full_page=True)
-    headers = page.eval_on_selector_all(".ag-header-row-column .ag-header-cell[col-id^='metrics.']",
+    headers = page.eval_on_selector_all(".ag-header-row-column .ag-header-cell[col-id^='tags.']",
                                         "els => els.map(e => [e.getBoundingClientRect().x, e.getAttribute('col-id')])")
-    assert [col for _, col in sorted(headers)] == [f"metrics.`{k}`" for k in
-                                                   ("r", "budget_flops", "width", "N", "tokens", "val_loss")]
-    rows = page.eval_on_selector_all(".ag-center-cols-container .ag-row", """els => els.map(e =>
-        [Number(e.getAttribute('row-index')), (e.querySelector("[col-id='metrics.`val_loss`']") || {}).innerText])""")
-    groups = []  # per group (its min row first): the val_loss of its runs, top to bottom
-    for _, text in sorted(rows):
-        if text.endswith("(min)"):
-            groups.append([text.removesuffix(" (min)")])
-        else:
-            groups[-1].append(text)
-    groups = [[float(v) for v in g] for g in groups if g[0] != "-"]  # the last group: runs without a cell
+    assert [col for _, col in sorted(headers)] == [f"tags.`{k}`" for k in ("r", "C", "width", "N", "tokens", "loss")]
+    # a row is split between the pinned name column (where a group's row says "Group: ...") and the others
+    parts = page.eval_on_selector_all(".ag-row", """els => els.map(e => [
+        Number(e.getAttribute('row-index')), e.innerText.includes('Group:'),
+        (e.querySelector("[col-id='tags.`loss`']") || {}).innerText,
+        (e.querySelector("[col-id='tags.`C`']") || {}).innerText])""")
+    rows: dict[int, list] = {}
+    for index, is_group, loss, budget in parts:
+        row = rows.setdefault(index, [False, None, None])
+        row[0] |= is_group
+        row[1], row[2] = row[1] if loss is None else loss, row[2] if budget is None else budget
+    groups = []  # per group, top to bottom: the loss of its runs; a group's own row shows no aggregate
+    for _, (is_group, loss, budget) in sorted(rows.items()):
+        if is_group:
+            assert loss in ("", "-") and budget in ("", "-"), (loss, budget)
+            groups.append([])
+        elif loss not in ("", "-"):
+            assert re.fullmatch(r"\d+\.\d{3}", loss) and re.fullmatch(r"\d\.\d{2}e\d+", budget), (loss, budget)
+            groups[-1].append(float(loss))
+    groups = [g for g in groups if g]  # the last group: runs without a cell
     assert len(groups) == 7  # 6 search cells + the calibration cell
     for group in groups:
-        assert group[1:] == sorted(group[1:]) and group[0] == group[1], group
+        assert group == sorted(group), group
     assert [g[0] for g in groups] == sorted(g[0] for g in groups)
