@@ -251,14 +251,21 @@ def template_of(runs: pd.DataFrame) -> tuple[dict[str, Any], int, str]:
         if len(values) > 1:
             raise ValueError(f"runs disagree on {column}: {', '.join(sorted(values))}")
         if len(values) == 1 and values[0] != "None":
-            template[column.removeprefix("template.")] = _parse(values[0])
+            key, _, option = column.removeprefix("template.").partition(".")
+            if option:  # a factory's option, flattened as template.options.<name>
+                template.setdefault(key, {})[option] = _parse(values[0])
+            else:
+                template[key] = _parse(values[0])
     if len(batch) > 1:
         raise ValueError(f"runs disagree on batch_tokens: {sorted(batch)}")
     return template, int(batch[0]) if len(batch) else PAPER_BATCH_TOKENS, "recorded"
 
 
 def _parse(text: str) -> Any:
-    """An MLflow param string back to int or str (every numeric template field is an integer)."""
+    """An MLflow param string back to int, float, bool or str (every numeric template field is an integer; a
+    factory's option may be any of them)."""
+    if text in ("True", "False"):
+        return text == "True"
     try:
         value = float(text)
     except ValueError:

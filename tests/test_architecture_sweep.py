@@ -56,6 +56,11 @@ def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, 
                  *FAST]) == 0
     assert (out / "tables" / "excluded_runs.csv").exists()
     capsys.readouterr()
+    # export sizes models of the architecture, rebuilt from its runs' params with its options
+    assert main(["export", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--budgets", "8e9",
+                 "--r", "2", *FAST]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[0].startswith("budget (FLOPs),r,width") and rows[1].startswith("8000000000.0,2,")
 
     # the built-in on the same shapes, then Delta-phi between the two
     builtin = write_spec(tmp_path, "builtin.toml", name="builtin", **shapes)
