@@ -20,6 +20,9 @@ spec hash. The trial config carries them under one key, ``testing``:
   raising after ``RENDEZVOUS_TIMEOUT_S``. The first N trials then run at the same time, each holding its
   resources: on a cluster whose nodes hold one trial each they land on N different nodes, however slowly
   the nodes start their trial processes.
+* ``hold``: a path; an execution waits before its delay while that path exists (raising after
+  ``RENDEZVOUS_TIMEOUT_S``). A test creates the file to keep a sweep running for as long as it looks at it, and
+  removes it to let the sweep go on: a still-running sweep that no machine load can finish early.
 * ``fill_disk``: a path. An execution that ends while ``<fill_disk>.armed`` exists removes that file, then fills
   the file system holding ``fill_disk`` to its last byte (writing ``fill_disk`` until ENOSPC) just before it
   returns: a disk that is full at the moment a trial ends, which a test cannot time from outside the trial
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
     from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
-KEYS = ("delay_s", "journal", "rendezvous", "faults", "fill_disk")
+KEYS = ("delay_s", "journal", "rendezvous", "hold", "faults", "fill_disk")
 ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
 MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
@@ -70,11 +73,12 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     require(rendezvous <= 1 or journal is not None, "[testing] rendezvous needs [testing] journal to count the "
              "trials that started")
     require(isinstance(faults, dict), "[testing] faults must be a table")
-    fill_disk = table.get("fill_disk")
+    fill_disk, hold = table.get("fill_disk"), table.get("hold")
     require(fill_disk is None or isinstance(fill_disk, str), f"[testing] fill_disk must be a path, got {fill_disk!r}")
+    require(hold is None or isinstance(hold, str), f"[testing] hold must be a path, got {hold!r}")
     aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
                             "faults": _parse_faults(faults, widths, journal is not None)}
-    for key, path in (("journal", journal), ("fill_disk", fill_disk)):
+    for key, path in (("journal", journal), ("hold", hold), ("fill_disk", fill_disk)):
         if path is not None:
             aids[key] = str(os.path.abspath(os.path.expanduser(path)))  # trials run in other directories
     return {k: v for k, v in aids.items() if v}
@@ -118,6 +122,7 @@ def before_trial(trial: TrialConfig) -> str:
         return ""
     earlier = _journal(trial, aids, "start")
     _rendezvous(aids)
+    _hold(aids)
     fault = _fault(trial, aids, earlier)
     time.sleep(float(aids.get("delay_s", 0.0)))
     return fault
@@ -192,6 +197,16 @@ def _rendezvous(aids: dict[str, Any]) -> None:
     while (started := _starts(aids["journal"])) < want:
         if time.monotonic() > deadline:
             raise RuntimeError(f"rendezvous: {started} of {want} trials started within {RENDEZVOUS_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+
+
+def _hold(aids: dict[str, Any]) -> None:
+    """Wait while the ``hold`` file exists (see the module docstring)."""
+    path = aids.get("hold")
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+    while path and os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"hold: {path} still there after {RENDEZVOUS_TIMEOUT_S:g} s")
         time.sleep(0.05)
 
 

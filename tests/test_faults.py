@@ -113,6 +113,7 @@ def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
     ({}, {"rendezvous": 2}, "rendezvous needs \\[testing\\] journal"),
     ({}, {"rendezvous": -1, "journal": "j.jsonl"}, "rendezvous must be >= 0 trials"),
     ({}, {"fill_disk": 3}, "fill_disk must be a path"),
+    ({}, {"hold": 3}, "hold must be a path"),
 ])
 def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, testing_table, message):
     path = write_fault_spec(tmp_path, faults, budgets=[1e12], recurrences=[1], testing=testing_table or None)

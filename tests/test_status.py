@@ -30,8 +30,9 @@ def status(spec: SweepSpec, cwd: Path, env: dict[str, str]) -> list[str]:
 
 
 def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_path, ray_tmp):
+    hold = tmp_path / "hold"  # while it exists, trials wait: the sweep is still running when status looks
     spec_path = write_spec(tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2], trials_per_cell=3,
-                           testing={"delay_s": 1.0})
+                           testing={"delay_s": 1.0, "hold": str(hold)})
     spec = SweepSpec.from_toml(spec_path)
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     elsewhere = tmp_path / "another-terminal"
@@ -40,6 +41,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
     planned = spec.planned_trials()
 
     driver, finished = start_until_finished(command, tmp_path, env, 3)
+    hold.touch()
     try:
         assert finished == 3, "the sweep never got going"
         lock = Path(spec.storage) / spec.name / "driver.lock"
@@ -53,6 +55,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
+        hold.unlink()
 
     lines = status(spec, elsewhere, env)
     assert lines[0] == (f"sweep {spec.name}: stopped before its last trial: `loopscale search <its spec> --resume` "
