@@ -18,7 +18,7 @@ from ..tracking import TrialTracker, store_errors
 from ..tune_state import StateKeeper
 from . import live
 from .failures import error_reason, is_disk_error
-from .trial import INFRA_KEY, UNSAVED_KEY
+from .trial import INFRA_KEY, UNSAVED_KEY, drop_checkpoint
 
 
 class TrackingCallback(Callback):
@@ -62,6 +62,8 @@ class TrackingCallback(Callback):
         result = trial.last_result or {}
         # (a receipt the disk refused goes onto the run, for --resume to write it back)
         self._safely(self.tracker.finish, trial.config["meta"]["trial_key"], result, result.get(UNSAVED_KEY, ""))
+        if not self.store_failed:  # logged: the trial's checkpoint resumes nothing any more
+            drop_checkpoint(trial)
         if result.get(INFRA_KEY):
             live.STOP.fail(result[INFRA_KEY])
 

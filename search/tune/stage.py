@@ -106,7 +106,8 @@ class Stage:
         # (Tune needs some resource in a trial's request: a MiB of memory)
         return tune.with_resources(
             tune.with_parameters(run_trial, receipts=self.receipts, workers=workers,
-                                 worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel"),
+                                 worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel",
+                                 checkpoint_s=spec.checkpoint_s),
             spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
 
     def _keeper(self) -> StateKeeper | None:
@@ -173,6 +174,8 @@ class Stage:
                                       callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper),
                                                  ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
+                                      # a trial's latest checkpoint only: the one it resumes from
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                       verbose=1 if sweep.verbose else 0),
         )
 

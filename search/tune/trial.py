@@ -5,6 +5,12 @@ cluster's key-value store for the driver (``hold_unsaved``, ``log_unsaved``).
 A training trial with ``[resources] workers = k > 1`` runs data-parallel through Ray Train inside its Tune trial
 (``train_data_parallel``): a ``TorchTrainer`` of k workers (gloo on CPUs, NCCL on GPUs), whose progress reaches
 Tune through ``TuneReportCallback``, exactly as a one-worker trial's does.
+
+A one-worker training trial checkpoints through Tune's own API (``tune_checkpoints``): every ``[resources]
+checkpoint_s`` seconds of training it reports its state (objectives/checkpoint.py) as a ``tune.Checkpoint``,
+which Tune copies to the sweep's storage, keeping the latest only; a trial Tune starts again (a retry after a
+lost worker, or ``--resume`` after a killed driver) gets it back from ``tune.get_checkpoint()`` and goes on
+from its step.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import tempfile
 import time
 from typing import Any
 
@@ -21,6 +28,7 @@ from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _in
 
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
+from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
 
 from ..tracking import TrialTracker, store_errors
 from .receipts import JsonFile, Receipt
@@ -29,11 +37,13 @@ from .studies import METRIC, finite
 INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
 # ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
 UNSAVED_KEY = "unsaved_receipt"
+CHECKPOINT_KEY = "checkpoint_step"  # the report that carries a trial's checkpoint: the step it was taken after
 KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
 
 
 def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
-              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "") -> None:
+              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "",
+              checkpoint_s: float = 0) -> None:
     """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
 
     The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
@@ -53,7 +63,7 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
         elif workers > 1:
             result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir))
         else:
-            result = checked(objectives.train(trial, report=tune.report))
+            result = checked(objectives.train(trial, report=tune.report, checkpoint=tune_checkpoints(checkpoint_s)))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
         # a data-parallel trial's workers' nodes, in rank order, comma-separated
         result = {"node": ray.get_runtime_context().get_node_id(), **result}
@@ -66,6 +76,36 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
                 result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}",
                           UNSAVED_KEY: carried}
     tune.report(result)
+
+
+def tune_checkpoints(period_s: float) -> Checkpointing:
+    """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
+    taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); the latest one
+    Tune holds for this trial restored."""
+
+    def save(state: dict[str, Any]) -> None:
+        with tempfile.TemporaryDirectory(prefix="loopscale-checkpoint-") as folder:
+            save_state(state, folder)
+            tune.report({CHECKPOINT_KEY: state["loop"]["step"]}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    def restore() -> dict[str, Any] | None:
+        latest = tune.get_checkpoint()
+        if latest is None:
+            return None
+        with latest.as_directory() as folder:
+            return load_state(folder)
+
+    return Checkpointing(period_s=period_s, save=save, restore=restore)
+
+
+def drop_checkpoint(trial: Any) -> None:
+    """Remove a finished trial's checkpoint from storage: its run is logged, and nothing resumes it."""
+    latest = trial.checkpoint
+    if latest is not None:
+        try:
+            latest.filesystem.delete_dir(latest.path)
+        except FileNotFoundError:
+            pass
 
 
 def hold_unsaved(receipt: Receipt, config: dict[str, Any], carried: str) -> None:
