@@ -14,8 +14,9 @@ and a trial restored from it trains steps t+1 .. S with the same arithmetic as t
 same validation loss, bit for bit on a CPU.
 
 Where checkpoints go is the caller's: ``train`` takes a ``Checkpointing`` (Tune's API in
-search/tune/trial.py; a folder in the tests), saves every ``period_s`` seconds of training, and restores
-the latest one before its first step. ``save_state`` / ``load_state`` write and read the state in a folder,
+search/tune/trial.py; a folder in the tests), saves every ``period_s`` seconds of training and at the first
+step boundary after ``requested()`` turns true (the trial is about to be stopped), and restores the latest one
+before its first step. ``save_state`` / ``load_state`` write and read the state in a folder,
 atomically (a temporary file renamed into place), so a kill while writing leaves the previous one readable.
 """
 
@@ -34,12 +35,17 @@ STATE_FILE = "trial_state.pt"
 
 @dataclass(frozen=True)
 class Checkpointing:
-    """Where a trial's checkpoints go: ``save(state)`` every ``period_s`` seconds of training (0: never),
-    ``restore()`` the latest state saved, or None."""
+    """Where a trial's checkpoints go: ``save(state)`` every ``period_s`` seconds of training and when
+    ``requested()`` (0: never), ``restore()`` the latest state saved, or None."""
 
     period_s: float
     save: Callable[[dict[str, Any]], None]
     restore: Callable[[], dict[str, Any] | None]
+    requested: Callable[[], bool] = lambda: False
+
+    def due(self, since_s: float) -> bool:
+        """Whether to save now, ``since_s`` seconds of training after the last save (or the start)."""
+        return self.period_s > 0 and (since_s >= self.period_s or self.requested())
 
     def __post_init__(self):
         if not self.period_s >= 0:

@@ -33,7 +33,8 @@ A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss end
 what was actually trained.
 
 Checkpoints (objectives/checkpoint.py): given a ``Checkpointing``, a one-worker trial restores the latest state
-it saved before its first step and saves one every ``period_s`` seconds of training, at a step boundary;
+it saved before its first step and saves one every ``period_s`` seconds of training, and when the trial is
+about to be stopped, at a step boundary;
 resumed, it makes its saved progress reports again, each marked with ``RESUME_KEYS`` (objectives.trial), then
 goes on exactly where the state ended, and returns ``RESUME_KEYS`` with its metrics.
 
@@ -206,7 +207,7 @@ class _TrainLoop:
             raw_model: torch.nn.Module | None = None, checkpoint: Checkpointing | None = None,
             saved: dict[str, Any] | None = None) -> dict[str, Any]:
         """Steps 0 .. ``steps`` - 1, or from where the ``saved`` state ended (its progress reports made again,
-        marked with ``RESUME_KEYS``, so the caller's curve is whole), saving a state every ``period_s``."""
+        marked with ``RESUME_KEYS``, so the caller's curve is whole), saving a state when ``checkpoint`` is due."""
         recipe, group = self.recipe, self.group
         window = torch.zeros((), device=self.device)  # summed step losses since the last check
         window_steps, first_loss, last_mean, start, done, curve, resumed = 0, None, float("nan"), 0, [], [], {}
@@ -220,7 +221,6 @@ class _TrainLoop:
             for point in curve if report is not None else ():
                 report({**point, **resumed})
         pending = sorted((b for b in branches if b["fork"] >= start), key=lambda b: b["fork"])
-        period = checkpoint.period_s if checkpoint is not None else 0
         saved_at = time.monotonic()
         for step in range(start, steps):
             while pending and pending[0]["fork"] == step:
@@ -240,7 +240,7 @@ class _TrainLoop:
                 curve.append(point)
                 if report is not None:
                     report({**point, **resumed})
-            if period and step + 1 < steps and time.monotonic() - saved_at >= period:
+            if checkpoint is not None and step + 1 < steps and checkpoint.due(time.monotonic() - saved_at):
                 checkpoint.save({
                     "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in self.optimizers],
                     "rng": rng_state(), "resumes": resumed.get("resumes", 0),

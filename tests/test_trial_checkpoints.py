@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def write_sweep(folder: Path, **resources) -> SweepSpec:
-    """One training trial of ~230 steps (log_every 2), a checkpoint every half second of its training."""
+    """One training trial of ~230 steps (log_every 2), a checkpoint every half second of its training unless
+    ``resources`` say otherwise."""
     folder.mkdir()
     (folder / "spec.toml").write_text(to_toml(base_spec(
         folder, objective="train", budgets=[8e10], recurrences=[2], trials_per_cell=1, sampler="grid",
@@ -47,6 +48,21 @@ def first_checkpoint(spec: SweepSpec, driver: Driver, timeout_s: float = 240) ->
             pass
         time.sleep(0.1)
     raise AssertionError("no trial checkpoint in Tune's state")
+
+
+def training(spec: SweepSpec, driver: Driver, timeout_s: float = 240) -> None:
+    """Wait until Tune's saved experiment state holds a progress report of the trial: it trains."""
+    path = f"{spec.storage}/{spec.name}/search"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert driver.process.poll() is None, "the driver ended before the trial trained"
+        try:
+            if any("step" in (t.last_result or {}) for t in tune.ExperimentAnalysis(path).trials):
+                return
+        except (ValueError, OSError):  # no state yet, or one being written
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the trial never reported progress")
 
 
 def descendants(pid: int) -> list[int]:
@@ -126,4 +142,17 @@ def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint(tmp_path, ra
     first_checkpoint(spec, driver)
     os.kill(trial_worker(driver), signal.SIGKILL)
     finished_sweep(spec, driver)
+    check_resumed_run(spec)
+
+
+def test_a_trial_stopped_by_sigterm_checkpoints_first_and_resumes_there(tmp_path, ray_dir):
+    # no periodic checkpoint within the test: the one it resumes from is the one taken on the signal
+    spec = write_sweep(tmp_path / "preempted", checkpoint_s=3600)
+    first = Driver(spec, ray_dir, resume=False)
+    training(spec, first)
+    first.process.send_signal(signal.SIGTERM)
+    assert not first.wait_for("never printed", 1, timeout_s=120)
+    assert first.process.wait(timeout=30) == 128 + signal.SIGTERM, "".join(first.output)
+    assert any("take a checkpoint before the sweep stops" in line for line in first.output), "".join(first.output)
+    finished_sweep(spec, Driver(spec, ray_dir, resume=True))
     check_resumed_run(spec)

@@ -171,7 +171,9 @@ class Stage:
             # every snapshot reaches the storage (Tune's default: every 5 minutes), where the keeper copies it
             run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
                                       sync_config=tune.SyncConfig(sync_period=float(os.environ[SNAPSHOT_ENV])),
-                                      callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper),
+                                      callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper,
+                                                                  checkpoints=spec.checkpoint_s > 0
+                                                                  and spec.workers_of(stage) == 1),
                                                  ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
                                       # a trial's latest checkpoint only: the one it resumes from

@@ -8,7 +8,8 @@ Tune through ``TuneReportCallback``, exactly as a one-worker trial's does.
 
 A one-worker training trial checkpoints through Tune's own API (``tune_checkpoints``): every ``[resources]
 checkpoint_s`` seconds of training it reports its state (objectives/checkpoint.py) as a ``tune.Checkpoint``,
-which Tune copies to the sweep's storage, keeping the latest only; a trial Tune starts again (a retry after a
+which Tune copies to the sweep's storage, keeping the latest only, and one more when the driver asks before it
+stops (``ask_checkpoint``: a signal, as a scheduler's preemption sends); a trial Tune starts again (a retry after a
 lost worker, or ``--resume`` after a killed driver) gets it back from ``tune.get_checkpoint()`` and goes on
 from its step.
 """
@@ -18,13 +19,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import tempfile
 import time
 from typing import Any
 
 import ray
 from ray import tune
-from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_list, _internal_kv_put
+from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists, _internal_kv_get, _internal_kv_list,
+                                         _internal_kv_put)
 
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
@@ -38,6 +41,10 @@ INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (it
 # ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
 UNSAVED_KEY = "unsaved_receipt"
 CHECKPOINT_KEY = "checkpoint_step"  # the report that carries a trial's checkpoint: the step it was taken after
+# a trial asked for a checkpoint before the sweep stops (``ask_checkpoint``), in the key-value store, and how
+# often a training trial looks (one GCS read)
+CHECKPOINT_ASKED = "checkpoint-before-stop/"
+ASKED_POLL_S = 1.0
 KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
 
 
@@ -80,13 +87,16 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
 
 def tune_checkpoints(period_s: float) -> Checkpointing:
     """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
-    taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); the latest one
-    Tune holds for this trial restored."""
+    taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); one asked for
+    by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune holds restored."""
+    asked = f"{CHECKPOINT_ASKED}{tune.get_context().get_trial_id()}"
+    looked = [-math.inf]
 
     def save(state: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory(prefix="loopscale-checkpoint-") as folder:
             save_state(state, folder)
             tune.report({CHECKPOINT_KEY: state["loop"]["step"]}, checkpoint=tune.Checkpoint.from_directory(folder))
+        _internal_kv_del(asked, namespace=KV_NAMESPACE)  # answered
 
     def restore() -> dict[str, Any] | None:
         latest = tune.get_checkpoint()
@@ -95,7 +105,18 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
         with latest.as_directory() as folder:
             return load_state(folder)
 
-    return Checkpointing(period_s=period_s, save=save, restore=restore)
+    def requested() -> bool:
+        if time.monotonic() - looked[0] < ASKED_POLL_S:
+            return False
+        looked[0] = time.monotonic()
+        return _internal_kv_exists(asked, namespace=KV_NAMESPACE)
+
+    return Checkpointing(period_s=period_s, save=save, restore=restore, requested=requested)
+
+
+def ask_checkpoint(trial_id: str) -> None:
+    """Ask a running training trial for a checkpoint at its next step boundary (driver side)."""
+    _internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}", b"1", namespace=KV_NAMESPACE)
 
 
 def drop_checkpoint(trial: Any) -> None:
