@@ -36,7 +36,9 @@ Checkpoints (objectives/checkpoint.py): given a ``Checkpointing``, a one-worker 
 it saved before its first step and saves one every ``period_s`` seconds of training, and when the trial is
 about to be stopped, at a step boundary;
 resumed, it makes its saved progress reports again, each marked with ``RESUME_KEYS`` (objectives.trial), then
-goes on exactly where the state ended, and returns ``RESUME_KEYS`` with its metrics.
+goes on exactly where the state ended, and returns ``RESUME_KEYS`` with its metrics. Data parallel, every
+worker restores the same state and calls ``save`` at the same step boundary (rank 0 decides when; the caller
+writes rank 0's state: the model and optimizers are replicas).
 
 Data parallel: called in every process of an initialised ``torch.distributed`` group (k workers: Ray Train
 sets it up, search/tune/trial.py), each process trains the same model (same seed) on its ``1/k`` share of
@@ -94,7 +96,7 @@ def train(trial: TrialConfig, report: Report | None = None,
           checkpoint: Checkpointing | None = None) -> dict[str, Any]:
     """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring); with
     ``checkpoint``, from its latest saved state where it has one, and saving one every ``period_s`` seconds
-    (objectives/checkpoint.py; one worker only)."""
+    (objectives/checkpoint.py)."""
     started = time.perf_counter()
     config = trial.model_config
     recipe = normalize_recipe(trial.recipe)
@@ -111,8 +113,6 @@ def train(trial: TrialConfig, report: Report | None = None,
     model = build(config).to(device)  # the spec's architecture (model/architecture.py); LoopedLM by default
     lrs = group_lrs(recipe, trial.template, config, plan["tokens"], batch_tokens)
     optimizers = build_optimizers(model, lrs, recipe, config.vocab_size)
-    if checkpoint is not None and group.world > 1:
-        raise ValueError("trial checkpoints are taken by one-worker trials only")
     saved = checkpoint.restore() if checkpoint is not None else None
     if saved is not None:
         model.load_state_dict(saved["model"])
@@ -203,6 +203,16 @@ class _TrainLoop:
             optimizer.load_state_dict(state)
         return {**plan, "val_loss": val_loss}
 
+    def _due(self, checkpoint: Checkpointing, since_s: float, reported: bool) -> bool:
+        """Whether to save a state after this step. Data parallel: rank 0 decides, after a reported step only
+        (the one step in ``log_every`` that syncs the host already), and every worker follows, so that all of
+        them call ``save`` (rank 0 writes) at the same step."""
+        if self.group.world == 1:
+            return checkpoint.due(since_s)
+        if not reported:
+            return False
+        return bool(self.group.broadcast(torch.tensor(float(checkpoint.due(since_s)), device=self.device)).item())
+
     def run(self, steps: int, batch_tokens: int, report: Report | None, *, branches: list[dict[str, Any]] = (),
             raw_model: torch.nn.Module | None = None, checkpoint: Checkpointing | None = None,
             saved: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -227,7 +237,8 @@ class _TrainLoop:
                 done.append(self.branch(pending.pop(0), raw_model))
             window += self.step(step, steps)
             window_steps += 1
-            if step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps:
+            reported = step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps
+            if reported:
                 last_mean = group.mean(window).item() / window_steps
                 window.zero_()
                 window_steps = 0
@@ -240,7 +251,8 @@ class _TrainLoop:
                 curve.append(point)
                 if report is not None:
                     report({**point, **resumed})
-            if checkpoint is not None and step + 1 < steps and checkpoint.due(time.monotonic() - saved_at):
+            if (checkpoint is not None and step + 1 < steps
+                    and self._due(checkpoint, time.monotonic() - saved_at, reported)):
                 checkpoint.save({
                     "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in self.optimizers],
                     "rng": rng_state(), "resumes": resumed.get("resumes", 0),
@@ -326,3 +338,9 @@ class _Group:
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         return self.sum(value) / self.world
+
+    def broadcast(self, value: torch.Tensor) -> torch.Tensor:
+        """Rank 0's ``value`` on every worker."""
+        if self.world > 1:
+            dist.broadcast(value, src=0)
+        return value

@@ -203,10 +203,9 @@ def trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput)
 
 
 def checkpoint_seconds(spec: SweepSpec, cell: Cell, s: float, training_s: float) -> float:
-    """The checkpoints of a trial that trains ``training_s`` seconds: one per ``checkpoint_s`` of training (a
-    one-worker trial's only), each ``CHECKPOINT_BYTES_PER_PARAM`` x its parameters (embedding included)
+    """The checkpoints of a trial that trains ``training_s`` seconds: one per ``checkpoint_s`` of training, each ``CHECKPOINT_BYTES_PER_PARAM`` x its parameters (embedding included)
     written ``CHECKPOINT_COPIES`` times at ``CHECKPOINT_BYTES_PER_S``."""
-    if not spec.checkpoint_s or spec.workers_of(cell.stage) > 1:
+    if not spec.checkpoint_s:
         return 0.0
     counts = account(spec.model(s, cell.r))
     write_s = CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * (counts.N + counts.N_embed) / CHECKPOINT_BYTES_PER_S

@@ -172,14 +172,17 @@ class Stage:
             run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
                                       sync_config=tune.SyncConfig(sync_period=float(os.environ[SNAPSHOT_ENV])),
                                       callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper,
-                                                                  checkpoints=spec.checkpoint_s > 0
-                                                                  and spec.workers_of(stage) == 1),
+                                                                  checkpoints=self._checkpoints()),
                                                  ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
                                       # a trial's latest checkpoint only: the one it resumes from
                                       checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                       verbose=1 if sweep.verbose else 0),
         )
+
+    def _checkpoints(self) -> bool:
+        """Whether the stage's trials take checkpoints (a data-parallel trial's need a shared file system)."""
+        return self.spec.checkpoint_s > 0 and (self.spec.workers_of(self.name) == 1 or "://" not in self.path)
 
     def planned_trials(self, grid: Any) -> set[str]:
         """The trial keys the stage must have ended runs for: every cell's cap, except where the law sampler closes

@@ -20,8 +20,11 @@ import dataclasses
 import functools
 import json
 import math
+import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -68,7 +71,8 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
         if trial.objective == "simulate":
             result = checked(objectives.simulate(trial))
         elif workers > 1:
-            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir))
+            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir,
+                                                 checkpoint_s))
         else:
             result = checked(objectives.train(trial, report=tune.report, checkpoint=tune_checkpoints(checkpoint_s)))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
@@ -89,14 +93,13 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
     """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
     taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); one asked for
     by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune holds restored."""
-    asked = f"{CHECKPOINT_ASKED}{tune.get_context().get_trial_id()}"
-    looked = [-math.inf]
+    trial_id = tune.get_context().get_trial_id()
 
     def save(state: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory(prefix="loopscale-checkpoint-") as folder:
             save_state(state, folder)
             tune.report({CHECKPOINT_KEY: state["loop"]["step"]}, checkpoint=tune.Checkpoint.from_directory(folder))
-        _internal_kv_del(asked, namespace=KV_NAMESPACE)  # answered
+        answered(trial_id)
 
     def restore() -> dict[str, Any] | None:
         latest = tune.get_checkpoint()
@@ -105,13 +108,31 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
         with latest.as_directory() as folder:
             return load_state(folder)
 
-    def requested() -> bool:
+    return Checkpointing(period_s=period_s, save=save, restore=restore, requested=asked_poll(trial_id))
+
+
+def ask_checkpoint(trial_id: str) -> None:
+    """Ask a running training trial for a checkpoint at its next step boundary (driver side)."""
+    _internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}", b"1", namespace=KV_NAMESPACE)
+
+
+def asked_poll(trial_id: str) -> Callable[[], bool]:
+    """Whether the driver asked the trial for a checkpoint (``ask_checkpoint``), looked up at most every
+    ``ASKED_POLL_S``."""
+    looked = [-math.inf]
+
+    def asked() -> bool:
         if time.monotonic() - looked[0] < ASKED_POLL_S:
             return False
         looked[0] = time.monotonic()
-        return _internal_kv_exists(asked, namespace=KV_NAMESPACE)
+        return _internal_kv_exists(f"{CHECKPOINT_ASKED}{trial_id}", namespace=KV_NAMESPACE)
 
-    return Checkpointing(period_s=period_s, save=save, restore=restore, requested=requested)
+    return asked
+
+
+def answered(trial_id: str) -> None:
+    """The trial saved a checkpoint: a question the driver asked is answered."""
+    _internal_kv_del(f"{CHECKPOINT_ASKED}{trial_id}", namespace=KV_NAMESPACE)
 
 
 def ask_checkpoint(trial_id: str) -> None:
@@ -156,22 +177,30 @@ def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
 
 
 def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
-                        storage: str) -> dict[str, Any]:
+                        storage: str, checkpoint_s: float = 0) -> dict[str, Any]:
     """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
     of ``resources`` each (Ray Train V2's
     ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
     this trial). Ray Train retries nothing (Tune's ``FailureConfig`` does, as for every trial); the final result
     comes back from rank 0 as a JSON file under ``storage`` (the sweep's storage, which every node sees), where
-    Ray Train keeps its run state too."""
+    Ray Train keeps its run state too.
+
+    Its checkpoints (``checkpoint_s``): rank 0 writes the state to ``<storage>/<trial id>.state/`` (a shared
+    folder: Ray Train's own checkpoints belong to its run, and each attempt is a fresh run), where the workers
+    of a later attempt, on any nodes, restore it; removed once the trial has its result. On object storage
+    (``s3://``) the workers keep none."""
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    run = f"{tune.get_context().get_trial_id()}-{time.time_ns()}"  # a fresh Ray Train run per attempt
+    trial_id = tune.get_context().get_trial_id()
+    run = f"{trial_id}-{time.time_ns()}"  # a fresh Ray Train run per attempt
     final = JsonFile(f"{storage.rstrip('/')}/{run}.result.json")
+    state = "" if "://" in storage or not checkpoint_s else f"{storage.rstrip('/')}/{trial_id}.state"
     gpus = resources.get("gpu", 0.0)
     trainer = TorchTrainer(
-        functools.partial(_data_parallel_worker, result_file=final.path),
+        functools.partial(_data_parallel_worker, result_file=final.path, state=state, checkpoint_s=checkpoint_s,
+                          trial_id=trial_id),
         train_loop_config=params,
         torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
@@ -183,18 +212,33 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
     result = final.load()
     if result is None:
         raise RuntimeError("data-parallel trial finished without a result from rank 0")
+    if state:
+        shutil.rmtree(state, ignore_errors=True)
     return result
 
 
-def _data_parallel_worker(params: dict[str, Any], result_file: str) -> None:
-    """One Ray Train worker: train on this worker's share (objectives.train), report progress from every
+def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str = "", checkpoint_s: float = 0,
+                          trial_id: str = "") -> None:
+    """One Ray Train worker: train on this worker's share (objectives.train), from the trial's ``state``
+    folder's checkpoint where it holds one and saving there (rank 0 writes), report progress from every
     worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
     import ray.train
     import ray.train.torch
     import torch.distributed as dist
 
     trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
-    result = objectives.train(trial, report=ray.train.report)
+    checkpoint = None
+    if state:
+        def save(saved: dict[str, Any]) -> None:
+            if dist.get_rank() == 0:
+                Path(state).mkdir(parents=True, exist_ok=True)
+                save_state(saved, state)
+                answered(trial_id)
+            ray.train.report({CHECKPOINT_KEY: saved["loop"]["step"]})  # a barrier: rank 0 has written it
+
+        checkpoint = Checkpointing(period_s=checkpoint_s, save=save, restore=lambda: load_state(state),
+                                   requested=asked_poll(trial_id))
+    result = objectives.train(trial, report=ray.train.report, checkpoint=checkpoint)
     nodes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
     if dist.get_rank() == 0:
