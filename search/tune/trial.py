@@ -11,7 +11,8 @@ checkpoint_s`` seconds of training it reports its state (objectives/checkpoint.p
 which Tune copies to the sweep's storage, keeping the latest only, and one more when the driver asks before it
 stops (``ask_checkpoint``: a signal, as a scheduler's preemption sends); a trial Tune starts again (a retry after a
 lost worker, or ``--resume`` after a killed driver) gets it back from ``tune.get_checkpoint()`` and goes on
-from its step.
+from its step. A data-parallel trial's rank 0 writes its state to a shared folder instead
+(``train_data_parallel``).
 """
 
 from __future__ import annotations
@@ -133,11 +134,6 @@ def asked_poll(trial_id: str) -> Callable[[], bool]:
 def answered(trial_id: str) -> None:
     """The trial saved a checkpoint: a question the driver asked is answered."""
     _internal_kv_del(f"{CHECKPOINT_ASKED}{trial_id}", namespace=KV_NAMESPACE)
-
-
-def ask_checkpoint(trial_id: str) -> None:
-    """Ask a running training trial for a checkpoint at its next step boundary (driver side)."""
-    _internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}", b"1", namespace=KV_NAMESPACE)
 
 
 def drop_checkpoint(trial: Any) -> None:

@@ -1,0 +1,68 @@
+"""examples/slurm/loopscale.sbatch run here without SLURM: ``srun`` and ``scontrol`` stand-ins run each step on
+this machine, so the script's own Ray start makes a 2-node Ray cluster of two raylets (each node its own port
+set from the job id), and the sweep it runs with ``--resume`` ends complete with trials on both nodes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from loopscale.search import SweepSpec
+from test_kill_resume import trial_runs
+from test_resume import processes_using
+from test_spec import base_spec, to_toml
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
+SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "slurm" / "loopscale.sbatch"
+
+STAND_INS = {
+    # srun [options] -w NODE COMMAND...: the command, here
+    "srun": '#!/bin/bash\nwhile [[ $1 == -* ]]; do [[ $1 == -w ]] && shift; shift; done\nexec "$@"\n',
+    "scontrol": '#!/bin/bash\n[[ $1 == show && $2 == hostnames ]] && printf "node1\\nnode2\\n"\n',
+    "ray": f'#!/bin/bash\nexec {sys.executable} -m ray.scripts.scripts "$@"\n',
+}
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """A bin folder of stand-ins and a short Ray temp dir; every process left under either is killed after."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in STAND_INS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    ray_tmp = tempfile.mkdtemp(prefix="lss", dir="/tmp")
+    yield bin_dir, ray_tmp
+    for pid in processes_using(ray_tmp):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_the_sbatch_script_starts_a_two_node_ray_cluster_and_completes_the_sweep(tmp_path, fake_slurm):
+    bin_dir, ray_tmp = fake_slurm
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    spec_path = folder / "spec.toml"
+    spec_path.write_text(to_toml(base_spec(folder, budgets=[1e12], recurrences=[1, 2], trials_per_cell=2,
+                                           sampler="grid", testing={"delay_s": 1.0},
+                                           resources={"max_concurrent": 2})))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1", "LOOPSCALE_RAY_TMP": ray_tmp,
+           "LOOPSCALE": f"{sys.executable} -m loopscale.search.cli", "LOOPSCALE_REQUEUE": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(["bash", str(SCRIPT), str(spec_path)], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=600, start_new_session=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = trial_runs(SweepSpec.from_toml(spec_path))
+    assert len(runs) == 4 and all(r.data.tags["status"] == "ok" for r in runs)
+    assert len({r.data.tags["node"] for r in runs}) == 2  # two trials at a time, one CPU a node: both nodes
