@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopscale.search import SweepSpec
-from test_kill_resume import trial_runs
-from test_resume import processes_using
+from test_kill_resume import kill_leftovers, trial_runs
 from test_spec import base_spec, to_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
@@ -40,11 +38,7 @@ def fake_slurm(tmp_path):
         (bin_dir / name).chmod(0o755)
     ray_tmp = tempfile.mkdtemp(prefix="lss", dir="/tmp")
     yield bin_dir, ray_tmp
-    for pid in processes_using(ray_tmp):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_leftovers(ray_tmp)
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
