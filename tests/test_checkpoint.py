@@ -46,11 +46,17 @@ def curve(reports):
     return {r["step"]: r["train_loss"] for r in reports}
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(cache_dir):
+    """A ~46-step trial (reports every 10 steps) trained without a stop: (its config, result, reports)."""
+    config = trial(cache_dir, 2, 2, 2e11)
+    reports = []
+    return config, train(config, report=reports.append), reports
+
+
 @pytest.mark.parametrize("kill_after", [3, 17])
-def test_a_resumed_trial_ends_exactly_as_the_uninterrupted_one(cache_dir, tmp_path, kill_after):
-    config = trial(cache_dir, 2, 2, 2e11)  # ~46 steps; reports every 10
-    whole_reports = []
-    whole = train(config, report=whole_reports.append)
+def test_a_resumed_trial_ends_exactly_as_the_uninterrupted_one(uninterrupted, tmp_path, kill_after):
+    config, whole, whole_reports = uninterrupted
     result, reports, step = interrupted(config, tmp_path, kill_after)
     assert step == kill_after and result["resumed_from_step"] == kill_after and result["resumes"] == 1
     assert result["val_loss"] == whole["val_loss"]  # bit for bit on a CPU
