@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,21 +43,56 @@ def fake_slurm(tmp_path):
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def test_the_sbatch_script_starts_a_two_node_ray_cluster_and_completes_the_sweep(tmp_path, fake_slurm):
-    bin_dir, ray_tmp = fake_slurm
+def write_sweep(tmp_path: Path, trials_per_cell: int) -> Path:
+    """Simulated trials of a second each, two at a time (one per node: each has one CPU)."""
     folder = tmp_path / "sweep"
     folder.mkdir()
     spec_path = folder / "spec.toml"
-    spec_path.write_text(to_toml(base_spec(folder, budgets=[1e12], recurrences=[1, 2], trials_per_cell=2,
-                                           sampler="grid", testing={"delay_s": 1.0},
-                                           resources={"max_concurrent": 2})))
+    spec_path.write_text(to_toml(base_spec(folder, budgets=[1e12], recurrences=[1, 2],
+                                           trials_per_cell=trials_per_cell, sampler="grid",
+                                           testing={"delay_s": 1.0}, resources={"max_concurrent": 2})))
+    return spec_path
+
+
+def script(spec_path: Path, fake_slurm: tuple[Path, str]) -> subprocess.Popen:
+    """The sbatch script as SLURM would run it for job 4242 on two nodes of one CPU (no requeue: there is no
+    SLURM to take it)."""
+    bin_dir, ray_tmp = fake_slurm
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1", "LOOPSCALE_RAY_TMP": ray_tmp,
            "LOOPSCALE": f"{sys.executable} -m loopscale.search.cli", "LOOPSCALE_REQUEUE": "0"}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(["bash", str(SCRIPT), str(spec_path)], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=600, start_new_session=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return subprocess.Popen(["bash", str(SCRIPT), str(spec_path)], cwd=spec_path.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_the_sbatch_script_starts_a_two_node_ray_cluster_and_completes_the_sweep(tmp_path, fake_slurm):
+    spec_path = write_sweep(tmp_path, trials_per_cell=2)
+    job = script(spec_path, fake_slurm)
+    output, _ = job.communicate(timeout=600)
+    assert job.returncode == 0, output[-4000:]
     runs = trial_runs(SweepSpec.from_toml(spec_path))
     assert len(runs) == 4 and all(r.data.tags["status"] == "ok" for r in runs)
     assert len({r.data.tags["node"] for r in runs}) == 2  # two trials at a time, one CPU a node: both nodes
+
+
+def test_a_preempted_job_stops_cleanly_and_its_requeue_finishes_the_sweep(tmp_path, fake_slurm):
+    spec_path = write_sweep(tmp_path, trials_per_cell=6)
+    job = script(spec_path, fake_slurm)
+    seen = []
+    for line in job.stdout:  # SLURM's SIGTERM (--signal=B:TERM) once the first trial has finished
+        seen.append(line)
+        if line.startswith("[search "):
+            job.send_signal(signal.SIGTERM)
+            break
+    output = "".join(seen) + job.communicate(timeout=300)[0]
+    assert job.returncode == 128 + signal.SIGTERM, output[-4000:]
+    spec = SweepSpec.from_toml(spec_path)
+    assert len([r for r in trial_runs(spec) if r.info.status == "FINISHED"]) < 12, "the job ended the sweep"
+
+    requeued = script(spec_path, fake_slurm)  # the requeued job: the same script, the same command
+    output, _ = requeued.communicate(timeout=600)
+    assert requeued.returncode == 0, output[-4000:]
+    runs = trial_runs(spec)
+    assert sorted(r.data.tags["trial_key"] for r in runs) == sorted({r.data.tags["trial_key"] for r in runs})
+    assert len(runs) == 12 and all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in runs)
