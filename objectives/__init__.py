@@ -8,10 +8,10 @@ from .peak import device_peak_flops
 from .recipe import RECIPE_DEFAULTS, normalize_recipe, trial_lrs, validate_recipe
 from .simulate import simulate
 from .train import train
-from .trial import METRIC_KEYS, TrialConfig
+from .trial import METRIC_KEYS, RESUME_KEYS, TrialConfig
 
 __all__ = [
-    "METRIC_KEYS", "RECIPE_DEFAULTS", "TrialConfig", "data_fingerprint", "device_peak_flops", "normalize_recipe",
+    "METRIC_KEYS", "RECIPE_DEFAULTS", "RESUME_KEYS", "TrialConfig", "data_fingerprint", "device_peak_flops", "normalize_recipe",
     "open_packed", "prepare_data", "simulate", "synthetic_entropy_floor", "train", "train_bpe", "trial_lrs",
     "validate_data", "validate_recipe", "vocab_size_of",
 ]

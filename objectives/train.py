@@ -32,6 +32,14 @@ A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss end
 ``status = "diverged"`` and a ``reason``; it is returned, never raised. Steps, tokens and FLOPs then count
 what was actually trained.
 
+Checkpoints (objectives/checkpoint.py): given a ``Checkpointing``, a one-worker trial restores the latest state
+it saved before its first step and saves one every ``period_s`` seconds of training, and when the trial is
+about to be stopped, at a step boundary;
+resumed, it makes its saved progress reports again, each marked with ``RESUME_KEYS`` (objectives.trial), then
+goes on exactly where the state ended, and returns ``RESUME_KEYS`` with its metrics. Data parallel, every
+worker restores the same state and calls ``save`` at the same step boundary (rank 0 decides when; the caller
+writes rank 0's state: the model and optimizers are replicas).
+
 Data parallel: called in every process of an initialised ``torch.distributed`` group (k workers: Ray Train
 sets it up, search/tune/trial.py), each process trains the same model (same seed) on its ``1/k`` share of
 every optimizer step's rows, and ``DistributedDataParallel`` averages the gradients, so the update is the
@@ -60,6 +68,7 @@ from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
 from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
+from .checkpoint import Checkpointing, rng_state, set_rng_state
 from .trial import TrialConfig, accounting_metrics
 
 Report = Callable[[dict[str, Any]], None]
@@ -83,8 +92,11 @@ def trial_data(trial: TrialConfig, config: LoopedConfig) -> tuple[PackedData, in
     return packed, rows
 
 
-def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
-    """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring)."""
+def train(trial: TrialConfig, report: Report | None = None,
+          checkpoint: Checkpointing | None = None) -> dict[str, Any]:
+    """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring); with
+    ``checkpoint``, from its latest saved state where it has one, and saving one every ``period_s`` seconds
+    (objectives/checkpoint.py)."""
     started = time.perf_counter()
     config = trial.model_config
     recipe = normalize_recipe(trial.recipe)
@@ -101,6 +113,12 @@ def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
     model = build(config).to(device)  # the spec's architecture (model/architecture.py); LoopedLM by default
     lrs = group_lrs(recipe, trial.template, config, plan["tokens"], batch_tokens)
     optimizers = build_optimizers(model, lrs, recipe, config.vocab_size)
+    saved = checkpoint.restore() if checkpoint is not None else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        for optimizer, state in zip(optimizers, saved["optimizers"], strict=True):
+            optimizer.load_state_dict(state)
+        set_rng_state(saved["rng"])
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
                                           cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial))
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
@@ -108,7 +126,8 @@ def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
                            batch_tokens)
 
     train_started = time.perf_counter()
-    outcome = loop.run(plan["steps"], batch_tokens, report, branches=branches, raw_model=model)
+    outcome = loop.run(plan["steps"], batch_tokens, report, branches=branches, raw_model=model,
+                       checkpoint=checkpoint, saved=saved)
     train_wall = time.perf_counter() - train_started
 
     steps_done = outcome["steps"]
@@ -134,6 +153,7 @@ def train(trial: TrialConfig, report: Report | None = None) -> dict[str, Any]:
         "status": "diverged" if reason else "ok",
         "reason": reason,
         **branch_metrics(outcome["branches"], plan["flops_per_token"], batch_tokens),
+        **outcome["resumed"],
     }
 
 
@@ -183,28 +203,63 @@ class _TrainLoop:
             optimizer.load_state_dict(state)
         return {**plan, "val_loss": val_loss}
 
+    def _due(self, checkpoint: Checkpointing, since_s: float, reported: bool) -> bool:
+        """Whether to save a state after this step. Data parallel: rank 0 decides, after a reported step only
+        (the one step in ``log_every`` that syncs the host already), and every worker follows, so that all of
+        them call ``save`` (rank 0 writes) at the same step."""
+        if self.group.world == 1:
+            return checkpoint.due(since_s)
+        if not reported:
+            return False
+        return bool(self.group.broadcast(torch.tensor(float(checkpoint.due(since_s)), device=self.device)).item())
+
     def run(self, steps: int, batch_tokens: int, report: Report | None, *, branches: list[dict[str, Any]] = (),
-            raw_model: torch.nn.Module | None = None) -> dict[str, Any]:
+            raw_model: torch.nn.Module | None = None, checkpoint: Checkpointing | None = None,
+            saved: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Steps 0 .. ``steps`` - 1, or from where the ``saved`` state ended (its progress reports made again,
+        marked with ``RESUME_KEYS``, so the caller's curve is whole), saving a state when ``checkpoint`` is due."""
         recipe, group = self.recipe, self.group
         window = torch.zeros((), device=self.device)  # summed step losses since the last check
-        window_steps, first_loss, last_mean = 0, None, float("nan")
-        pending, done = sorted(branches, key=lambda b: b["fork"]), []
-        for step in range(steps):
+        window_steps, first_loss, last_mean, start, done, curve, resumed = 0, None, float("nan"), 0, [], [], {}
+        if saved is not None:
+            kept = saved["loop"]
+            start, window_steps, first_loss, last_mean = (kept["step"], kept["window_steps"], kept["first_loss"],
+                                                          kept["last_mean"])
+            window += kept["window"].to(self.device)
+            done, curve = list(kept["branches"]), list(kept["curve"])
+            resumed = {"resumes": saved["resumes"] + 1, "resumed_from_step": start}
+            for point in curve if report is not None else ():
+                report({**point, **resumed})
+        pending = sorted((b for b in branches if b["fork"] >= start), key=lambda b: b["fork"])
+        saved_at = time.monotonic()
+        for step in range(start, steps):
             while pending and pending[0]["fork"] == step:
                 done.append(self.branch(pending.pop(0), raw_model))
             window += self.step(step, steps)
             window_steps += 1
-            if step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps:
+            reported = step == 0 or (step + 1) % recipe["log_every"] == 0 or step + 1 == steps
+            if reported:
                 last_mean = group.mean(window).item() / window_steps
                 window.zero_()
                 window_steps = 0
                 first_loss = last_mean if first_loss is None else first_loss
                 reason = _divergence(last_mean, first_loss, recipe["diverge_factor"], step + 1)
                 if reason:
-                    return {"steps": step + 1, "train_loss": last_mean, "reason": reason, "branches": done}
+                    return {"steps": step + 1, "train_loss": last_mean, "reason": reason, "branches": done,
+                            "resumed": resumed}
+                point = {"train_loss": last_mean, "step": step + 1, "tokens": (step + 1) * batch_tokens}
+                curve.append(point)
                 if report is not None:
-                    report({"train_loss": last_mean, "step": step + 1, "tokens": (step + 1) * batch_tokens})
-        return {"steps": steps, "train_loss": last_mean, "reason": "", "branches": done}
+                    report({**point, **resumed})
+            if (checkpoint is not None and step + 1 < steps
+                    and self._due(checkpoint, time.monotonic() - saved_at, reported)):
+                checkpoint.save({
+                    "model": raw_model.state_dict(), "optimizers": [o.state_dict() for o in self.optimizers],
+                    "rng": rng_state(), "resumes": resumed.get("resumes", 0),
+                    "loop": {"step": step + 1, "window": window, "window_steps": window_steps,
+                             "first_loss": first_loss, "last_mean": last_mean, "branches": done, "curve": curve}})
+                saved_at = time.monotonic()
+        return {"steps": steps, "train_loss": last_mean, "reason": "", "branches": done, "resumed": resumed}
 
 
 def _divergence(loss: float, first_loss: float, factor: float, step: int) -> str:
@@ -283,3 +338,9 @@ class _Group:
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         return self.sum(value) / self.world
+
+    def broadcast(self, value: torch.Tensor) -> torch.Tensor:
+        """Rank 0's ``value`` on every worker."""
+        if self.world > 1:
+            dist.broadcast(value, src=0)
+        return value

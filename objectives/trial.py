@@ -25,7 +25,8 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
 Both objectives return a dict with ``METRIC_KEYS`` (and nothing else, but for a training trial with warmdown
 branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/train.py): ``val_loss`` in nats per token, ``val_bpb`` bits
 per byte (NaN where it does not apply: simulated trials, synthetic data), ``status`` "ok" | "diverged" and
-``reason`` ("" when ok).
+``reason`` ("" when ok). A training trial resumed from a checkpoint (objectives/checkpoint.py) also returns
+``RESUME_KEYS``, and marks its progress reports with them.
 """
 
 from __future__ import annotations
@@ -163,6 +164,9 @@ METRIC_KEYS = (
 # trained for them outright (F * tokens), its validation loss, and the FLOPs its warmdown cost the trial.
 BRANCH_KEYS = ("budget_flops", "tokens", "steps", "flops_spent", "val_loss", "cost_flops")
 BRANCH_PREFIX = "branch"
+
+# A trial resumed from a checkpoint: how many times it was, and the step its last resume started from.
+RESUME_KEYS = ("resumes", "resumed_from_step")
 
 
 def branch_key(index: int, name: str) -> str:

@@ -43,7 +43,9 @@ Layout (every key optional unless marked)::
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
-    [resources]   # cpus, gpus per trial (per worker); workers per trial (data-parallel); max_concurrent; retries
+    [resources]   # cpus, gpus per trial (per worker); workers per trial (data-parallel); max_concurrent; retries;
+                  # checkpoint_s: seconds of training between a trial's checkpoints (default 1800; 0 = none),
+                  # from which a killed trial resumes exactly (objectives/checkpoint.py)
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ MAX_NAME = 128
 MAX_CELLS = 256  # budgets x recurrences, ten times the paper's 6 x 4: each cell is sized width by width
 RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_UNIT_SCALING = 10,000)
 LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
+DEFAULT_CHECKPOINT_S = 1800  # a trial's checkpoint every 30 minutes of training: a kill loses at most that
 PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
 
 
@@ -121,6 +124,7 @@ class SweepSpec:
     workers: int = field(metadata=PLACEMENT)
     max_concurrent: int | None = field(metadata=PLACEMENT)
     retries: int = field(metadata=PLACEMENT)
+    checkpoint_s: float = field(metadata=PLACEMENT)  # seconds of training between a trial's checkpoints; 0 = none
     tracking_uri: str = field(metadata=PLACEMENT)
     storage: str = field(metadata=PLACEMENT)
     cache_dir: str = field(metadata=PLACEMENT)
@@ -228,7 +232,8 @@ class SweepSpec:
 
         data = t.table("data") if "data" in raw else None
         recipe = t.table("recipe") if "recipe" in raw else None
-        res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries"))
+        res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries",
+                                                          "checkpoint_s"))
         cpus, gpus = res.number("cpus", default=1), res.number("gpus", default=0)
         require(cpus > 0 and gpus >= 0, f"[resources] needs cpus > 0 and gpus >= 0, got cpus={cpus}, gpus={gpus}")
         for key, amount in (("cpus", cpus), ("gpus", gpus)):  # Ray refuses finer amounts once it runs the trial
@@ -241,6 +246,9 @@ class SweepSpec:
         require(workers >= 1, f"[resources] workers must be >= 1, got {workers}")
         retries = res.int("retries", default=2)
         require(retries >= 0, f"[resources] retries must be >= 0, got {retries}")
+        checkpoint_s = res.number("checkpoint_s", default=DEFAULT_CHECKPOINT_S)
+        require(checkpoint_s >= 0, f"[resources] checkpoint_s must be >= 0 seconds (0 = no checkpoints), got "
+                                   f"{checkpoint_s}")
 
         spec = cls(
             name=name, objective=objective, budgets=budgets, recurrences=recurrences, template=template,
@@ -256,7 +264,7 @@ class SweepSpec:
             calibrate=None,
             cpus_per_trial=float(cpus), gpus_per_trial=float(gpus), workers=workers,
             max_concurrent=max_concurrent,
-            retries=retries,
+            retries=retries, checkpoint_s=float(checkpoint_s),
             tracking_uri=resolve_tracking_uri(t.str("tracking_uri")),  # the flag, if any, is already in raw
             storage=_absolute(t.str("storage") or str(Path(DEFAULT_RUN_DIR) / "tune")),
             cache_dir=_absolute(t.str("cache_dir") or str(Path(DEFAULT_RUN_DIR) / "cache")),

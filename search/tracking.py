@@ -64,6 +64,7 @@ from .ui import VIEW_TAG, loss_tag, runs_view, view_tags
 PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
 RECEIPT_TAG = "loopscale.receipt"  # + ".<i>": the pieces of a receipt the disk refused (TrialTracker.finish)
+RESUMED_TAG = "loopscale.resumed_from_step"  # the step a checkpointed trial's last resume started from
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
 
@@ -267,7 +268,9 @@ def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | N
 class _Open:
     """A started trial: its run is created on the first write (``run_id`` stays "" until then), dated from when
     the trial started. ``again``: when the trial started again (ms; 0: it has not); its run and curve are the
-    earlier attempt's until this attempt streams a curve of its own (``TrialTracker.curve``)."""
+    earlier attempt's until this attempt streams a curve of its own (``TrialTracker.curve``). ``reached``: the
+    last curve step the run holds (written or waiting to be); ``lost_steps``: steps trained again by resumed
+    attempts."""
 
     tags: dict[str, str]
     params: dict[str, str]
@@ -277,6 +280,8 @@ class _Open:
     flushed_at: float = field(default_factory=time.monotonic)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     again: int = 0
+    reached: int = 0
+    lost_steps: int = 0
 
 
 class TrialTracker:
@@ -357,17 +362,28 @@ class TrialTracker:
         self._open[key] = entry
 
     def curve(self, key: str, report: dict[str, Any]) -> None:
-        """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``."""
+        """A progress report ``{"train_loss", "step", ...}``; written in batches every ``flush_s``.
+
+        An attempt resumed from a checkpoint (its reports carry ``resumed_from_step``: objectives.train) goes on
+        in the earlier attempt's run: it makes its saved reports again, and each step the run holds already is
+        left out, so the curve has every step once; the steps the run held beyond the checkpoint were trained
+        twice (``lost_steps``, reported as ``flops_lost``)."""
         entry = self._open.get(key)
         if entry is None or "step" not in report:
             return
-        now_ms = int(time.time() * 1000)
-        if entry.again:  # the attempt trains from the first step: the earlier attempt's run describes nothing
+        now_ms, step = int(time.time() * 1000), int(report["step"])
+        if entry.again and "resumed_from_step" in report:
+            entry.reached = max(entry.reached, self._last_step(entry.run_id))
+            entry.lost_steps += max(0, entry.reached - int(report["resumed_from_step"]))
+            entry.again = 0
+        elif entry.again:  # the attempt trains from the first step: the earlier attempt's run describes nothing
             if entry.run_id:
                 discard_run(self._client, entry.run_id)
-            entry.run_id, entry.curve, entry.started_ms, entry.again = "", [], entry.again, 0
-        entry.curve += [Metric(k, float(report[k]), now_ms, int(report["step"])) for k in CURVE_KEYS
-                        if _finite(report.get(k))]
+            entry.run_id, entry.curve, entry.started_ms, entry.again, entry.reached = "", [], entry.again, 0, 0
+        if step <= entry.reached:
+            return
+        entry.reached = step
+        entry.curve += [Metric(k, float(report[k]), now_ms, step) for k in CURVE_KEYS if _finite(report.get(k))]
         if time.monotonic() - entry.flushed_at >= self.flush_s:
             self._flush(entry)
 
@@ -384,6 +400,12 @@ class TrialTracker:
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
         entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
+        if result.get("resumes"):
+            batch = int(result["tokens"]) // step
+            flops_lost = float(int(result["flops_per_token"]) * entry.lost_steps * batch)
+            entry.curve += [Metric("resumes", float(result["resumes"]), now_ms, step),
+                            Metric("flops_lost", flops_lost, now_ms, step)]
+            tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))
         tags += [RunTag(k, v) for k, v in loss_tag(result).items()]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))
@@ -429,6 +451,12 @@ class TrialTracker:
             params = [Param(k, v) for k, v in entry.params.items()]
         self._client.log_batch(entry.run_id, metrics=entry.curve, params=params, tags=list(tags))
         entry.curve, entry.flushed_at = [], time.monotonic()
+
+    def _last_step(self, run_id: str) -> int:
+        """The last step of the curve a run holds in the store (0 for a run not created yet)."""
+        if not run_id:
+            return 0
+        return max((m.step for m in self._client.get_metric_history(run_id, CURVE_KEYS[0])), default=0)
 
     def _trial_runs(self) -> list[Any]:
         query = runs_query("trial", **{PARENT_TAG: self.parent_run_id})

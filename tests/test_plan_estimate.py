@@ -12,11 +12,13 @@ import time
 import pytest
 
 from loopscale import objectives
+from loopscale.model import account
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.plan.probe import measure_throughput
 from loopscale.search.plan.render import render_estimate
-from loopscale.search.plan.walltime import Throughput, estimate, trial_seconds
+from loopscale.search.plan.walltime import (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_BYTES_PER_S, CHECKPOINT_COPIES,
+                                            Throughput, estimate, trial_seconds)
 
 STEPS = Throughput(flops_per_s=1e9, step_s=0.05, shape="", device="cpu", setup_s=1.0, side_by_side=1)
 
@@ -67,3 +69,18 @@ def test_the_probe_times_the_step_with_the_sweeps_trials_side_by_side(capsys):
     assert throughput.flops_per_s > 0 and throughput.step_s >= 0
     assert main(["plan", "demo"]) == 0
     assert "ETA search + analysis: " in capsys.readouterr().out
+
+
+def test_a_trial_is_priced_with_its_checkpoints():
+    """One checkpoint per checkpoint_s of training, each its state's bytes written twice (torch.save, Tune's
+    copy); none with checkpoint_s = 0."""
+    priced = {}
+    for every in (0, 600):
+        spec = SweepSpec.from_toml("paper", [f"resources.checkpoint_s={every}"])
+        cell = max(spec.cells("search"), key=lambda c: c.budget)
+        priced[every] = trial_seconds(spec, cell, cell.first_guess, STEPS)
+    counts = account(spec.model(cell.first_guess, cell.r))
+    write_s = CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * (counts.N + counts.N_embed) / CHECKPOINT_BYTES_PER_S
+    checkpoints = (priced[0] - STEPS.setup_s) // 600
+    assert checkpoints >= 1
+    assert priced[600] - priced[0] == pytest.approx(checkpoints * write_s)

@@ -20,6 +20,7 @@ MISTAKES = [
     ("CPUs below Ray's granularity", {"resources": {"cpus": 0.00001}}, "[resources] cpus = 1e-05"),
     ("GPUs below Ray's granularity", {"resources": {"gpus": 0.00001}}, "[resources] gpus = 1e-05"),
     ("CPUs finer than Ray counts", {"resources": {"cpus": 0.50001}}, "[resources] cpus = 0.50001"),
+    ("a negative checkpoint period", {"resources": {"checkpoint_s": -1}}, "[resources] checkpoint_s must be >= 0"),
     ("a boolean law constant", {"simulate": {"law": {**LAW, "E": True}}}, "E in [simulate] law must be a number"),
     ("a string law constant", {"simulate": {"law": {**LAW, "A": "1"}}}, "A in [simulate] law must be a number"),
     ("a negative law constant", {"simulate": {"law": {**LAW, "B": -400.0}}}, "[simulate] law needs B > 0"),

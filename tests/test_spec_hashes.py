@@ -41,6 +41,7 @@ CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "template": (SMOKE_V1, None, ("template.injection=additive", "template.bptt_k=2", "template.vocab_size=300")),
     "hyperconnect": (SMOKE_V1, None, ("template.injection=hyperconnect", "template.lanes=2")),
     "placement": (SMOKE_V1, None, ("resources.workers=2", "resources.max_concurrent=3", "resources.retries=0",
+                                  "resources.checkpoint_s=0.5",
                                   'address=""')),
     "resources": (SMOKE_V1, None, ("resources.cpus=2", "resources.gpus=1")),
     "grid": (SMOKE_V1, None, ("sampler=gp", "first_guess_tokens_per_param=30", "seed=7", "min_steps=5",

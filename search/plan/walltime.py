@@ -13,7 +13,7 @@ runs training trials side by side (copies on shared CPU cores slow each other do
 A trial at width s costs its set-up (building the model and optimizers, the first step's excess over a later
 one), steps(s) x step seconds for its own steps and its warmdown branches' (objectives/branches.py),
 a validation pass per evaluation (its own and one per branch; val_tokens / batch_tokens forward passes, a third
-of a step each), and Tune's hand-over to the next trial; a shape's first trial also pays the compile warm-up
+of a step each), its checkpoints (``checkpoint_seconds``), and Tune's hand-over to the next trial; a shape's first trial also pays the compile warm-up
 where the trial compiles (the sweep's compile cache serves the later ones). A cell's trials are priced at the
 widths its sampler is likely to try: the first guess, then the feasible widths nearest it (the law, GP and TPE
 samplers bracket the first guess; the grid spreads its trials over the window), and, for the high end of the
@@ -48,6 +48,12 @@ from ..spec import STAGES, Cell, SweepSpec
 # (Tune reuses the worker), and ``loopscale analyze`` (its imports, the joint fit's starts and bootstrap
 # resamples, the plots and the logging cost about the same whatever the rows at these sizes).
 RAY_START_S = 10.0
+# A trial checkpoint (objectives/checkpoint.py) holds fp32 weights and at most two fp32 moments per parameter
+# (AdamW's; MuonH keeps one), written once by torch.save and copied once by Tune to the sweep's storage, at
+# about 200 MB/s on a local disk (tests/benchmarks/bench_checkpoint.py).
+CHECKPOINT_BYTES_PER_PARAM = 12
+CHECKPOINT_COPIES = 2
+CHECKPOINT_BYTES_PER_S = 2e8
 STAGE_START_S = 5.0
 OVERHEAD_S_PER_TRIAL = 0.3
 ANALYSIS_S = 30.0
@@ -192,7 +198,18 @@ def trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput)
     branches = _branches(spec, cell, s)
     steps += sum(b["steps"] - b["fork"] for b in branches)
     evaluation = spec.val_tokens / spec.batch_tokens * step / 3
-    return throughput.setup_s + steps * step + (1 + len(branches)) * evaluation
+    training = steps * step + (1 + len(branches)) * evaluation
+    return throughput.setup_s + training + checkpoint_seconds(spec, cell, s, training)
+
+
+def checkpoint_seconds(spec: SweepSpec, cell: Cell, s: float, training_s: float) -> float:
+    """The checkpoints of a trial that trains ``training_s`` seconds: one per ``checkpoint_s`` of training, each ``CHECKPOINT_BYTES_PER_PARAM`` x its parameters (embedding included)
+    written ``CHECKPOINT_COPIES`` times at ``CHECKPOINT_BYTES_PER_S``."""
+    if not spec.checkpoint_s:
+        return 0.0
+    counts = account(spec.model(s, cell.r))
+    write_s = CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * (counts.N + counts.N_embed) / CHECKPOINT_BYTES_PER_S
+    return int(training_s // spec.checkpoint_s) * write_s
 
 
 def cpus() -> int:

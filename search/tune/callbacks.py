@@ -5,6 +5,8 @@ one line per finished trial."""
 from __future__ import annotations
 
 import signal
+import sys
+import time
 from typing import Any
 
 from ray.tune import Callback
@@ -18,7 +20,11 @@ from ..tracking import TrialTracker, store_errors
 from ..tune_state import StateKeeper
 from . import live
 from .failures import error_reason, is_disk_error
-from .trial import INFRA_KEY, UNSAVED_KEY
+from .trial import CHECKPOINT_KEY, INFRA_KEY, UNSAVED_KEY, ask_checkpoint, drop_checkpoint
+
+# How long a signalled driver waits for its running trials' checkpoints before it stops Tune: within the 30 s a
+# SLURM job has between SIGTERM and SIGKILL by default (KillWait)
+STOP_CHECKPOINT_S = 25.0
 
 
 class TrackingCallback(Callback):
@@ -26,26 +32,33 @@ class TrackingCallback(Callback):
     a restore). It also watches for reasons to stop (``live.STOP``): a store write that fails, a trial
     whose receipt could not be written, a disk that fills up, a signal. It never raises into Tune (which would
     record a store failure as the failure of every trial it touched): it asks Tune for a graceful stop
-    instead, and the trials it could not log are logged from their receipts on --resume."""
+    instead, and the trials it could not log are logged from their receipts on --resume. After a signal, and
+    where trials checkpoint (``checkpoints``), it first asks each running training trial for a checkpoint
+    and stops Tune once each has reported one, or after ``STOP_CHECKPOINT_S``."""
 
     keeper: StateKeeper | None = None  # (class defaults: a callback pickled before they existed restores too)
     store_failed = False
+    checkpoints = False
+    asked: set[str] | None = None  # trials asked for a checkpoint before the stop that have not answered yet
+    asked_until = 0.0
 
     def __init__(self, tracker: TrialTracker, disks: dict[str, str] | None = None,
-                 keeper: StateKeeper | None = None):
+                 keeper: StateKeeper | None = None, checkpoints: bool = False):
         self.tracker = tracker
         self.disks = disks or {}
         self.keeper = keeper
+        self.checkpoints = checkpoints
 
     def setup(self, **info: Any) -> None:
         self.store_failed = False  # (a resumed stage: the store is tried afresh)
+        self.asked = None
         self._safely(self.tracker.open)
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         full = low_space(self.disks)  # one statvfs per disk: microseconds, and Tune writes its state every step
         if full:
             live.STOP.fail(full)
-        if live.STOP.requested:
+        if live.STOP.requested and self._checkpointed(trials):
             _stop_tune()
         if self.keeper is not None:  # a stat of three files, and a copy when Tune wrote a new snapshot
             self.keeper.refresh()
@@ -55,6 +68,8 @@ class TrackingCallback(Callback):
         self._safely(self.tracker.start, meta["trial_key"], meta, TrialConfig.from_params(trial.config["trial"]))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        if CHECKPOINT_KEY in result and self.asked:
+            self.asked.discard(trial.trial_id)
         if "status" not in result:  # a progress report, not the final result
             self._safely(self.tracker.curve, trial.config["meta"]["trial_key"], result)
 
@@ -62,6 +77,8 @@ class TrackingCallback(Callback):
         result = trial.last_result or {}
         # (a receipt the disk refused goes onto the run, for --resume to write it back)
         self._safely(self.tracker.finish, trial.config["meta"]["trial_key"], result, result.get(UNSAVED_KEY, ""))
+        if not self.store_failed:  # logged: the trial's checkpoint resumes nothing any more
+            drop_checkpoint(trial)
         if result.get(INFRA_KEY):
             live.STOP.fail(result[INFRA_KEY])
 
@@ -76,6 +93,21 @@ class TrackingCallback(Callback):
         if not live.STOP.requested:  # a stopped stage keeps its runs: their trials resume
             ended = {t.config["meta"]["trial_key"] for t in trials if "status" in (t.last_result or {})}
             self._safely(self.tracker.close, ended)
+
+    def _checkpointed(self, trials: list) -> bool:
+        """Whether Tune may stop: no signal, no checkpoints, or every running training trial asked for a
+        checkpoint has reported one (or ended), or ``STOP_CHECKPOINT_S`` passed since they were asked."""
+        if live.STOP.signum is None or not self.checkpoints:
+            return True
+        running = {t.trial_id for t in trials if t.status == "RUNNING" and t.config["trial"]["objective"] == "train"}
+        if self.asked is None:
+            self.asked, self.asked_until = set(running), time.monotonic() + STOP_CHECKPOINT_S
+            for trial_id in running:
+                ask_checkpoint(trial_id)
+            if running:
+                print(f"loopscale: {len(running)} running trials take a checkpoint before the sweep stops (at most "
+                      f"{STOP_CHECKPOINT_S:g} s)", file=sys.stderr, flush=True)
+        return not (self.asked & running) or time.monotonic() >= self.asked_until
 
     def _safely(self, call: Any, *args: Any) -> None:
         """One tracker call; the first store failure stops the sweep, and the calls after it are skipped. (After

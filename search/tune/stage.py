@@ -106,7 +106,8 @@ class Stage:
         # (Tune needs some resource in a trial's request: a MiB of memory)
         return tune.with_resources(
             tune.with_parameters(run_trial, receipts=self.receipts, workers=workers,
-                                 worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel"),
+                                 worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel",
+                                 checkpoint_s=spec.checkpoint_s),
             spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
 
     def _keeper(self) -> StateKeeper | None:
@@ -170,11 +171,18 @@ class Stage:
             # every snapshot reaches the storage (Tune's default: every 5 minutes), where the keeper copies it
             run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
                                       sync_config=tune.SyncConfig(sync_period=float(os.environ[SNAPSHOT_ENV])),
-                                      callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper),
+                                      callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper,
+                                                                  checkpoints=self._checkpoints()),
                                                  ProgressCallback(progress)],
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),
+                                      # a trial's latest checkpoint only: the one it resumes from
+                                      checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                       verbose=1 if sweep.verbose else 0),
         )
+
+    def _checkpoints(self) -> bool:
+        """Whether the stage's trials take checkpoints (a data-parallel trial's need a shared file system)."""
+        return self.spec.checkpoint_s > 0 and (self.spec.workers_of(self.name) == 1 or "://" not in self.path)
 
     def planned_trials(self, grid: Any) -> set[str]:
         """The trial keys the stage must have ended runs for: every cell's cap, except where the law sampler closes

@@ -5,6 +5,14 @@ cluster's key-value store for the driver (``hold_unsaved``, ``log_unsaved``).
 A training trial with ``[resources] workers = k > 1`` runs data-parallel through Ray Train inside its Tune trial
 (``train_data_parallel``): a ``TorchTrainer`` of k workers (gloo on CPUs, NCCL on GPUs), whose progress reaches
 Tune through ``TuneReportCallback``, exactly as a one-worker trial's does.
+
+A one-worker training trial checkpoints through Tune's own API (``tune_checkpoints``): every ``[resources]
+checkpoint_s`` seconds of training it reports its state (objectives/checkpoint.py) as a ``tune.Checkpoint``,
+which Tune copies to the sweep's storage, keeping the latest only, and one more when the driver asks before it
+stops (``ask_checkpoint``: a signal, as a scheduler's preemption sends); a trial Tune starts again (a retry after a
+lost worker, or ``--resume`` after a killed driver) gets it back from ``tune.get_checkpoint()`` and goes on
+from its step. A data-parallel trial's rank 0 writes its state to a shared folder instead
+(``train_data_parallel``).
 """
 
 from __future__ import annotations
@@ -12,15 +20,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
+import shutil
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray import tune
-from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_list, _internal_kv_put
+from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists, _internal_kv_get, _internal_kv_list,
+                                         _internal_kv_put)
 
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
+from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
 
 from ..tracking import TrialTracker, store_errors
 from .receipts import JsonFile, Receipt
@@ -29,11 +44,17 @@ from .studies import METRIC, finite
 INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
 # ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
 UNSAVED_KEY = "unsaved_receipt"
+CHECKPOINT_KEY = "checkpoint_step"  # the report that carries a trial's checkpoint: the step it was taken after
+# a trial asked for a checkpoint before the sweep stops (``ask_checkpoint``), in the key-value store, and how
+# often a training trial looks (one GCS read)
+CHECKPOINT_ASKED = "checkpoint-before-stop/"
+ASKED_POLL_S = 1.0
 KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
 
 
 def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
-              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "") -> None:
+              worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "",
+              checkpoint_s: float = 0) -> None:
     """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
 
     The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
@@ -51,9 +72,10 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
         if trial.objective == "simulate":
             result = checked(objectives.simulate(trial))
         elif workers > 1:
-            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir))
+            result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir,
+                                                 checkpoint_s))
         else:
-            result = checked(objectives.train(trial, report=tune.report))
+            result = checked(objectives.train(trial, report=tune.report, checkpoint=tune_checkpoints(checkpoint_s)))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
         # a data-parallel trial's workers' nodes, in rank order, comma-separated
         result = {"node": ray.get_runtime_context().get_node_id(), **result}
@@ -66,6 +88,62 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
                 result = {**result, INFRA_KEY: f"cannot write the trial's receipt in {receipts}: {exc.strerror or exc}",
                           UNSAVED_KEY: carried}
     tune.report(result)
+
+
+def tune_checkpoints(period_s: float) -> Checkpointing:
+    """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
+    taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); one asked for
+    by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune holds restored."""
+    trial_id = tune.get_context().get_trial_id()
+
+    def save(state: dict[str, Any]) -> None:
+        with tempfile.TemporaryDirectory(prefix="loopscale-checkpoint-") as folder:
+            save_state(state, folder)
+            tune.report({CHECKPOINT_KEY: state["loop"]["step"]}, checkpoint=tune.Checkpoint.from_directory(folder))
+        answered(trial_id)
+
+    def restore() -> dict[str, Any] | None:
+        latest = tune.get_checkpoint()
+        if latest is None:
+            return None
+        with latest.as_directory() as folder:
+            return load_state(folder)
+
+    return Checkpointing(period_s=period_s, save=save, restore=restore, requested=asked_poll(trial_id))
+
+
+def ask_checkpoint(trial_id: str) -> None:
+    """Ask a running training trial for a checkpoint at its next step boundary (driver side)."""
+    _internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}", b"1", namespace=KV_NAMESPACE)
+
+
+def asked_poll(trial_id: str) -> Callable[[], bool]:
+    """Whether the driver asked the trial for a checkpoint (``ask_checkpoint``), looked up at most every
+    ``ASKED_POLL_S``."""
+    looked = [-math.inf]
+
+    def asked() -> bool:
+        if time.monotonic() - looked[0] < ASKED_POLL_S:
+            return False
+        looked[0] = time.monotonic()
+        return _internal_kv_exists(f"{CHECKPOINT_ASKED}{trial_id}", namespace=KV_NAMESPACE)
+
+    return asked
+
+
+def answered(trial_id: str) -> None:
+    """The trial saved a checkpoint: a question the driver asked is answered."""
+    _internal_kv_del(f"{CHECKPOINT_ASKED}{trial_id}", namespace=KV_NAMESPACE)
+
+
+def drop_checkpoint(trial: Any) -> None:
+    """Remove a finished trial's checkpoint from storage: its run is logged, and nothing resumes it."""
+    latest = trial.checkpoint
+    if latest is not None:
+        try:
+            latest.filesystem.delete_dir(latest.path)
+        except FileNotFoundError:
+            pass
 
 
 def hold_unsaved(receipt: Receipt, config: dict[str, Any], carried: str) -> None:
@@ -95,22 +173,30 @@ def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
 
 
 def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
-                        storage: str) -> dict[str, Any]:
+                        storage: str, checkpoint_s: float = 0) -> dict[str, Any]:
     """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
     of ``resources`` each (Ray Train V2's
     ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
     this trial). Ray Train retries nothing (Tune's ``FailureConfig`` does, as for every trial); the final result
     comes back from rank 0 as a JSON file under ``storage`` (the sweep's storage, which every node sees), where
-    Ray Train keeps its run state too."""
+    Ray Train keeps its run state too.
+
+    Its checkpoints (``checkpoint_s``): rank 0 writes the state to ``<storage>/<trial id>.state/`` (a shared
+    folder: Ray Train's own checkpoints belong to its run, and each attempt is a fresh run), where the workers
+    of a later attempt, on any nodes, restore it; removed once the trial has its result. On object storage
+    (``s3://``) the workers keep none."""
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    run = f"{tune.get_context().get_trial_id()}-{time.time_ns()}"  # a fresh Ray Train run per attempt
+    trial_id = tune.get_context().get_trial_id()
+    run = f"{trial_id}-{time.time_ns()}"  # a fresh Ray Train run per attempt
     final = JsonFile(f"{storage.rstrip('/')}/{run}.result.json")
+    state = "" if "://" in storage or not checkpoint_s else f"{storage.rstrip('/')}/{trial_id}.state"
     gpus = resources.get("gpu", 0.0)
     trainer = TorchTrainer(
-        functools.partial(_data_parallel_worker, result_file=final.path),
+        functools.partial(_data_parallel_worker, result_file=final.path, state=state, checkpoint_s=checkpoint_s,
+                          trial_id=trial_id),
         train_loop_config=params,
         torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
@@ -122,18 +208,33 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
     result = final.load()
     if result is None:
         raise RuntimeError("data-parallel trial finished without a result from rank 0")
+    if state:
+        shutil.rmtree(state, ignore_errors=True)
     return result
 
 
-def _data_parallel_worker(params: dict[str, Any], result_file: str) -> None:
-    """One Ray Train worker: train on this worker's share (objectives.train), report progress from every
+def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str = "", checkpoint_s: float = 0,
+                          trial_id: str = "") -> None:
+    """One Ray Train worker: train on this worker's share (objectives.train), from the trial's ``state``
+    folder's checkpoint where it holds one and saving there (rank 0 writes), report progress from every
     worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
     import ray.train
     import ray.train.torch
     import torch.distributed as dist
 
     trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
-    result = objectives.train(trial, report=ray.train.report)
+    checkpoint = None
+    if state:
+        def save(saved: dict[str, Any]) -> None:
+            if dist.get_rank() == 0:
+                Path(state).mkdir(parents=True, exist_ok=True)
+                save_state(saved, state)
+                answered(trial_id)
+            ray.train.report({CHECKPOINT_KEY: saved["loop"]["step"]})  # a barrier: rank 0 has written it
+
+        checkpoint = Checkpointing(period_s=checkpoint_s, save=save, restore=lambda: load_state(state),
+                                   requested=asked_poll(trial_id))
+    result = objectives.train(trial, report=ray.train.report, checkpoint=checkpoint)
     nodes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
     if dist.get_rank() == 0:
