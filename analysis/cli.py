@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     analyze_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
                            help="recurrence counts of the allocation table, comma-separated (default: the sweep's)")
     analyze_p.add_argument("--no-log", action="store_true", help="do not log the results to MLflow")
-    _fit_arguments(analyze_p)
+    _fit_arguments(analyze_p, fix_phi=True)
     analyze_p.set_defaults(func=run_analyze)
 
     export_p = subparsers.add_parser(
@@ -69,7 +69,7 @@ def register(subparsers) -> None:
                                "non-looped model, ...); default: the buildable model per budget and r (budget, "
                                "r, width, heads, N, D, D/N, loss)")
     export_p.add_argument("--out", type=Path, default=None, help="output file (default: standard output)")
-    _fit_arguments(export_p, bootstrap_default=0)
+    _fit_arguments(export_p, fix_phi=True)
     export_p.set_defaults(func=run_export)
 
     compare_p = subparsers.add_parser(
@@ -94,16 +94,20 @@ def _tracking_argument(parser: argparse.ArgumentParser) -> None:
                              "mlflow.db)")
 
 
-def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 200) -> None:
+def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) -> None:
     group = parser.add_argument_group("fit")
+    if fix_phi:
+        group.add_argument("--fix-phi", type=float, default=None, metavar="VALUE",
+                           help="hold phi at VALUE (0: a recurrence adds no capacity, 1: one is worth a unique "
+                                "block); default: fit it, or with runs of a single r the plain law without phi")
     group.add_argument("--data", choices=DATA_MODES, default="all",
                        help="fit all runs, only the per-r Pareto frontier, or the per-cell optima (default all)")
     group.add_argument("--stage", default="search",
                        help="fit only runs of this stage; 'all' for every stage (default search)")
     group.add_argument("--n-starts", type=int, default=500,
                        help=f"random optimiser starts (default 500, at most {MAX_STARTS:,}: each is one more fit)")
-    group.add_argument("--n-bootstrap", type=int, default=bootstrap_default,
-                       help=f"bootstrap resamples behind the intervals (default {bootstrap_default}, at most "
+    group.add_argument("--n-bootstrap", type=int, default=200,
+                       help=f"bootstrap resamples behind the intervals (default 200, at most "
                             f"{MAX_BOOTSTRAP:,}: memory grows with resamples x runs; a runs table holds at most "
                             f"{MAX_RUNS:,} runs, the paper's 116)")
     group.add_argument("--interval", choices=INTERVAL_METHODS, default="auto",
@@ -115,7 +119,8 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 
 
 def _options(args: argparse.Namespace) -> FitOptions:
     return FitOptions(data=args.data, stage=None if args.stage == "all" else args.stage, n_starts=args.n_starts,
-                      n_bootstrap=args.n_bootstrap, seed=args.seed, interval=args.interval)
+                      n_bootstrap=args.n_bootstrap, seed=args.seed, interval=args.interval,
+                      fix_phi=getattr(args, "fix_phi", None))
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -199,44 +204,18 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from loopscale.model import PAPER_LAW
-
     from .allocation import allocation_table, buildable, readable
-    from .compare import excluded_text
-    from .fit import fit_joint_law
-    from .flops import PAPER_GRID, PAPER_RECURRENCES
-    from .identify import likely_fixes, with_identification
-    from .isoflop import cell_optima
-    from .report import template_mismatch
-    from .runs import load_runs, template_of, usable_runs
+    from .intervals import spread_of, with_intervals
     from .tables import render
 
     _check_out(args.out, folder=False)
     options = _options(args)
-    if args.law == "paper":
-        law, template, batch_tokens = PAPER_LAW, None, None
-        budgets = args.budgets or list(PAPER_GRID)
-        recurrences = args.recurrences or list(PAPER_RECURRENCES)
-    else:
-        runs = load_runs(args.experiment, args.tracking_uri)
-        used = usable_runs(runs, stage=options.stage)
-        template, batch_tokens, _ = template_of(runs)
-        mismatch = template_mismatch(used, template)
-        if mismatch:
-            raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
-        law = fit_joint_law(runs, options=options)
-        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
-                                  options.bounds)
-        print(f"{args.experiment}: fitted {law.n_runs} runs, phi {law.phi:.3f} [{law.status.value}]; excluded "
-              f"{excluded_text(runs, options.stage)}", file=sys.stderr)
-        fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
-        for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
-            print(line, file=sys.stderr)
-        budgets = args.budgets or sorted(used["budget_flops"].unique())
-        recurrences = args.recurrences or sorted(int(r) for r in used["r"].unique())
-        warn_extrapolation(budgets, used["budget_flops"])
+    law, template, batch_tokens, budgets, recurrences = law_for(args, options)
     extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     table = allocation_table(law, budgets, recurrences, template=template, **extra)
+    spread, note = spread_of(law)
+    table = with_intervals(table, spread, template=template, **extra)
+    print(f"intervals: {note}", file=sys.stderr)
     if not args.full:
         table = buildable(table)
         if args.format in ("md", "latex"):
@@ -249,6 +228,44 @@ def run_export(args: argparse.Namespace) -> int:
         args.out.write_text(text)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
+
+
+def law_for(args: argparse.Namespace, options: FitOptions):
+    """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
+    batch_tokens or None for the paper's, budgets, recurrences), the budgets and r's from ``args`` or, where it
+    names none, the sweep's (the paper's for --law paper). Fitting a sweep prints its fit on stderr."""
+    from loopscale.model import PAPER_LAW
+
+    from .compare import excluded_text
+    from .fit import fit_joint_law
+    from .flops import PAPER_GRID, PAPER_RECURRENCES
+    from .identify import likely_fixes, with_identification
+    from .isoflop import cell_optima
+    from .report import template_mismatch
+    from .runs import load_runs, template_of, usable_runs
+
+    budgets, recurrences = getattr(args, "budgets", None), getattr(args, "recurrences", None)
+    if args.law == "paper":
+        return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
+    runs = load_runs(args.experiment, args.tracking_uri)
+    used = usable_runs(runs, stage=options.stage)
+    template, batch_tokens, _ = template_of(runs)
+    mismatch = template_mismatch(used, template)
+    if mismatch:
+        raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
+    law = fit_joint_law(runs, options=options)
+    if law.fixed_phi is None:
+        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
+                                  options.bounds)
+    print(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
+          f"{excluded_text(runs, options.stage)}\n  {law.phi_text()}", file=sys.stderr)
+    fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
+    for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
+        print(line, file=sys.stderr)
+    budgets = budgets or sorted(used["budget_flops"].unique())
+    recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
+    warn_extrapolation(budgets, used["budget_flops"])
+    return law, template, batch_tokens, budgets, recurrences
 
 
 def warn_extrapolation(budgets, fitted_budgets) -> None:
