@@ -1,4 +1,4 @@
-"""The analysis subcommands of ``loopscale``: analyze, export, compare.
+"""The analysis subcommands of ``loopscale``: analyze, export, predict, compare.
 
 ``register(subparsers)`` adds them to the main parser (search/cli.py); each sets ``func`` to a function of the
 parsed arguments returning an exit code. Bad input raises ValueError with one line, before anything is
@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
 from .store import DEFAULT_RUN_DIR
@@ -26,7 +27,7 @@ DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
 
 
 def register(subparsers) -> None:
-    """Add ``analyze``, ``export`` and ``compare`` to an argparse subparsers object."""
+    """Add ``analyze``, ``export``, ``predict`` and ``compare`` to an argparse subparsers object."""
     analyze_p = subparsers.add_parser(
         "analyze", help="fit a sweep: per-cell optima, frontier, the joint law with phi, tables and plots",
         description="Read a sweep's runs from MLflow (or a CSV/parquet runs table), find each (budget, r) cell's "
@@ -54,10 +55,7 @@ def register(subparsers) -> None:
         description="Compute-optimal width, N, N_eff, tokens, tokens per parameter, predicted loss, gap to r = 1 "
                     "and the equivalent non-looped model, for each budget and r, under a sweep's fitted law or "
                     "the paper's published one. Writes to --out or standard output.")
-    source = export_p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
-    source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
-    _tracking_argument(export_p)
+    _law_source(export_p)
     export_p.add_argument("--budgets", type=_floats, default=None,
                           help="FLOP budgets, comma-separated, e.g. 1e18,1e19 (default: the sweep's, or the "
                                "paper's six)")
@@ -72,6 +70,20 @@ def register(subparsers) -> None:
     _fit_arguments(export_p, fix_phi=True)
     export_p.set_defaults(func=run_export)
 
+    predict_p = subparsers.add_parser(
+        "predict", help="the loss of a run at a budget and r, the compute-optimal N and D there, with intervals",
+        description="What loss will a run reach at budget C and recurrence r, at which compute-optimal N and D, "
+                    "with what interval: under a sweep's fitted law (intervals from its bootstrap draws) or the "
+                    "published one (which carries no interval but phi's). With --width, also the loss of that "
+                    "width's model trained for the whole steps the budget buys.")
+    _law_source(predict_p)
+    predict_p.add_argument("--budget", type=_positive, required=True, help="training FLOPs, e.g. 1e20")
+    predict_p.add_argument("--r", type=_ints_one, required=True, help="recurrence count")
+    predict_p.add_argument("--width", type=_ints_one, default=None,
+                           help="also the loss of the model of this width (a multiple of head_dim)")
+    _fit_arguments(predict_p, fix_phi=True)
+    predict_p.set_defaults(func=run_predict)
+
     compare_p = subparsers.add_parser(
         "compare", help="Delta-phi between two sweeps, with a bootstrap interval and a verdict",
         description="Fit the joint law to two sweeps (e.g. a new injection or truncated backprop against the "
@@ -85,6 +97,14 @@ def register(subparsers) -> None:
                            help="fit each sweep on all its budgets, not only the shared ones")
     _fit_arguments(compare_p)
     compare_p.set_defaults(func=run_compare)
+
+
+def _law_source(parser: argparse.ArgumentParser) -> None:
+    """--experiment (fit a sweep) or --law paper (the published constants), and --tracking-uri."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
+    source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
+    _tracking_argument(parser)
 
 
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
@@ -210,7 +230,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     _check_out(args.out, folder=False)
     options = _options(args)
-    law, template, batch_tokens, budgets, recurrences = law_for(args, options)
+    law, template, batch_tokens, budgets, recurrences = law_for(args, options, args.budgets, args.recurrences)
     extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     table = allocation_table(law, budgets, recurrences, template=template, **extra)
     spread, note = spread_of(law)
@@ -230,10 +250,12 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def law_for(args: argparse.Namespace, options: FitOptions):
+def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] | None,
+            recurrences: list[int] | None, check=None):
     """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
-    batch_tokens or None for the paper's, budgets, recurrences), the budgets and r's from ``args`` or, where it
-    names none, the sweep's (the paper's for --law paper). Fitting a sweep prints its fit on stderr."""
+    batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
+    else the sweep's (the paper's for --law paper). ``check(template, batch_tokens)`` runs before any fit.
+    Fitting a sweep prints its fit on stderr; budgets outside those fitted get a warning."""
     from loopscale.model import PAPER_LAW
 
     from .compare import excluded_text
@@ -243,9 +265,13 @@ def law_for(args: argparse.Namespace, options: FitOptions):
     from .isoflop import cell_optima
     from .report import template_mismatch
     from .runs import load_runs, template_of, usable_runs
+    from .sizes import PAPER_BATCH_TOKENS
 
-    budgets, recurrences = getattr(args, "budgets", None), getattr(args, "recurrences", None)
     if args.law == "paper":
+        if check:
+            check(None, PAPER_BATCH_TOKENS)
+        if budgets:
+            warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
     runs = load_runs(args.experiment, args.tracking_uri)
     used = usable_runs(runs, stage=options.stage)
@@ -253,6 +279,8 @@ def law_for(args: argparse.Namespace, options: FitOptions):
     mismatch = template_mismatch(used, template)
     if mismatch:
         raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
+    if check:
+        check(template, batch_tokens)
     law = fit_joint_law(runs, options=options)
     if law.fixed_phi is None:
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
@@ -268,15 +296,29 @@ def law_for(args: argparse.Namespace, options: FitOptions):
     return law, template, batch_tokens, budgets, recurrences
 
 
+def run_predict(args: argparse.Namespace) -> int:
+    from .predict import check_request, predict, prediction_lines
+    from .sizes import PAPER_BATCH_TOKENS
+
+    options = _options(args)
+    law, template, batch_tokens, _, _ = law_for(
+        args, options, [args.budget], [args.r],
+        check=lambda template, batch: check_request(args.budget, args.r, args.width, template, batch))
+    batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
+    result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens)
+    print("\n".join(prediction_lines(result, batch_tokens)))
+    return 0
+
+
 def warn_extrapolation(budgets, fitted_budgets) -> None:
     """A warning line on stderr for budgets outside the fitted range: the law is extrapolated there."""
     from .allocation import outside_fitted
 
     outside = outside_fitted(budgets, fitted_budgets)
     if outside:
-        print(f"loopscale: warning: budget(s) {', '.join(f'{c:.3g}' for c in outside)} lie outside the fitted "
-              f"budgets {min(fitted_budgets):.3g} to {max(fitted_budgets):.3g} FLOPs: the law is extrapolated "
-              "there", file=sys.stderr)
+        print(f"loopscale: warning: budget(s) {', '.join(numbers.flops(c) for c in outside)} outside the "
+              f"fitted budgets {numbers.flops(min(fitted_budgets))} to {numbers.flops(max(fitted_budgets))} FLOPs: "
+              "the law is extrapolated there", file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -321,6 +363,20 @@ def _floats(text: str) -> list[float]:
     return values
 
 
+def _positive(text: str) -> float:
+    values = _floats(text)
+    if len(values) != 1 or values[0] == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected one finite positive number, got {text!r}")
+    return values[0]
+
+
+def _ints_one(text: str) -> int:
+    values = _ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
+
+
 def _ints(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -332,7 +388,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The three subcommands on their own (the full CLI is ``loopscale``)."""
+    """The analysis subcommands on their own (the full CLI is ``loopscale``)."""
     parser = argparse.ArgumentParser(prog="loopscale", description="loopscale analysis commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
