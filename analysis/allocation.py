@@ -216,14 +216,14 @@ def buildable(table: pd.DataFrame) -> pd.DataFrame:
 def readable(short: pd.DataFrame) -> pd.DataFrame:
     """``buildable``'s table as text in one format per column (analysis/numbers.py): budgets as 1.00e18, counts
     with a k/M/B/T suffix and 3 significant figures (412M, 8.21B), D/N with one decimal, loss with three; each
-    interval as one column ``low-high`` in its quantity's format."""
+    interval as one column ``<quantity> lo-hi`` of ``low-high`` ranges in its quantity's format."""
     formats = {"budget (FLOPs)": numbers.flops, "r": _integer, "width": _integer, "heads": _integer,
                "N (params)": numbers.count, "D (tokens)": numbers.count, "D/N": "{:.1f}".format,
                "loss (nats)": numbers.loss}
     text = {c: [("" if pd.isna(v) else formats[c](v)) for v in short[c]] for c in formats if c in short}
     for quantity, form in (("N", numbers.count), ("D", numbers.count), ("loss", numbers.loss)):
         if f"{quantity} lo" in short:
-            text[f"{quantity} low-high"] = [numbers.span(lo, hi, form) for lo, hi in
+            text[f"{quantity} lo-hi"] = [numbers.span(lo, hi, form) for lo, hi in
                                             zip(short[f"{quantity} lo"], short[f"{quantity} hi"])]
     return pd.DataFrame(text)
 

@@ -71,7 +71,7 @@ def test_export_carries_intervals_that_bracket_its_estimates(tmp_path, capsys, f
     assert "intervals: 95% intervals from the fit's 40 block-bootstrap draws" in err
     if fmt == "md":
         header = out.read_text().splitlines()[0]
-        assert "N low-high" in header and "D low-high" in header and "loss low-high" in header
+        assert "N lo-hi" in header and "D lo-hi" in header and "loss lo-hi" in header
         return
     table = pd.read_csv(out)
     for value, lo, hi in (("N (params)", "N lo", "N hi"), ("D (tokens)", "D lo", "D hi"),
