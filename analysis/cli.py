@@ -268,6 +268,8 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .sizes import PAPER_BATCH_TOKENS
 
     if args.law == "paper":
+        if options.fix_phi is not None:
+            raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
         if check:
             check(None, PAPER_BATCH_TOKENS)
         if budgets:

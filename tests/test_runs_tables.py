@@ -82,3 +82,9 @@ def test_fix_phi_must_be_a_number(tables, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["analyze", "--experiment", str(tables["looped"]), "--fix-phi", "half"])
     assert exit_.value.code == 2 and "--fix-phi" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_single_r_study_before_any_fit(tables, capsys):
+    assert main(["compare", str(tables["single_r"]), str(tables["looped"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has runs of one r only (r=1): phi is not applicable" in err
