@@ -251,11 +251,12 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] | None,
-            recurrences: list[int] | None, check=None):
+            recurrences: list[int] | None):
     """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
     batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
-    else the sweep's (the paper's for --law paper). ``check(template, batch_tokens)`` runs before any fit.
-    Fitting a sweep prints its fit on stderr; budgets outside those fitted get a warning."""
+    else the sweep's (the paper's for --law paper). Each (budget, r) and ``args.width`` (predict's) are checked
+    before any fit (``predict.check_requests``). Fitting a sweep prints its fit on stderr; budgets outside those
+    fitted get a warning."""
     from loopscale.model import PAPER_LAW
 
     from .compare import excluded_text
@@ -264,14 +265,16 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .identify import likely_fixes, with_identification
     from .isoflop import cell_optima
     from .report import template_mismatch
+    from .predict import check_requests
     from .runs import load_runs, template_of, usable_runs
     from .sizes import PAPER_BATCH_TOKENS
 
+    width = getattr(args, "width", None)
     if args.law == "paper":
         if options.fix_phi is not None:
             raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
-        if check:
-            check(None, PAPER_BATCH_TOKENS)
+        check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
+                       PAPER_BATCH_TOKENS)
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
@@ -281,8 +284,10 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     mismatch = template_mismatch(used, template)
     if mismatch:
         raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
-    if check:
-        check(template, batch_tokens)
+    given = budgets
+    budgets = budgets or sorted(used["budget_flops"].unique())
+    recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
+    check_requests(budgets, recurrences, width, template, batch_tokens)
     law = fit_joint_law(runs, options=options)
     if law.fixed_phi is None:
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
@@ -292,20 +297,17 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
     for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
         print(line, file=sys.stderr)
-    budgets = budgets or sorted(used["budget_flops"].unique())
-    recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
-    warn_extrapolation(budgets, used["budget_flops"])
+    if given:
+        warn_extrapolation(budgets, used["budget_flops"])
     return law, template, batch_tokens, budgets, recurrences
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from .predict import check_request, predict, prediction_lines
+    from .predict import predict, prediction_lines
     from .sizes import PAPER_BATCH_TOKENS
 
     options = _options(args)
-    law, template, batch_tokens, _, _ = law_for(
-        args, options, [args.budget], [args.r],
-        check=lambda template, batch: check_request(args.budget, args.r, args.width, template, batch))
+    law, template, batch_tokens, _, _ = law_for(args, options, [args.budget], [args.r])
     batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
     result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens)
     print("\n".join(prediction_lines(result, batch_tokens)))

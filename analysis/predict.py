@@ -22,17 +22,19 @@ from .intervals import LawSpread, spread_of, with_intervals
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve
 
 
-def check_request(budget: float, r: int, width: int | None, template: dict[str, Any] | None,
-                  batch_tokens: int) -> None:
-    """A ValueError with one line when the request cannot be answered: an r the template cannot loop, a width
-    that is not buildable, or a budget that buys no optimizer step (for the width, or for one head)."""
-    curve = SizeCurve.from_model(r, template)
-    narrowest = width or curve.head_dim
-    if width is not None and width % curve.head_dim:
-        raise ValueError(f"--width {width} is not buildable: widths are multiples of head_dim {curve.head_dim}")
-    if tokens_for_budget(curve.config(narrowest), budget, batch_tokens) == 0:
-        raise ValueError(f"budget {numbers.flops(budget)} FLOPs buys no optimizer step of {batch_tokens} tokens "
-                         f"at r={r} and width {narrowest}; use a larger budget")
+def check_requests(budgets: list[float], recurrences: list[int], width: int | None,
+                   template: dict[str, Any] | None, batch_tokens: int) -> None:
+    """A ValueError with one line when a (budget, r) cannot be answered: an r the template cannot loop, a width
+    that is not buildable, or a budget that buys no optimizer step (for the width, or for any width)."""
+    for r in recurrences:
+        curve = SizeCurve.from_model(r, template)
+        if width is not None and width % curve.head_dim:
+            raise ValueError(f"--width {width} is not buildable: widths are multiples of head_dim {curve.head_dim}")
+        for budget in budgets:
+            if tokens_for_budget(curve.config(width or curve.head_dim), budget, batch_tokens) == 0:
+                where = f"width {width}" if width else f"any buildable width (the narrowest is {curve.head_dim})"
+                raise ValueError(f"budget {numbers.flops(budget)} FLOPs buys no optimizer step of {batch_tokens} "
+                                 f"tokens at r={r} and {where}; use a larger budget")
 
 
 def predict(law: LawFit | JointLaw, budget: float, r: int, *, width: int | None = None,
@@ -40,7 +42,7 @@ def predict(law: LawFit | JointLaw, budget: float, r: int, *, width: int | None 
     """The compute-optimal model at (``budget``, ``r``) (the ``allocation_table`` row with its ``_lo``/``_hi``
     intervals), plus for ``width`` (``asked_width``): ``width_tokens``, ``width_N`` and ``width_loss`` with
     ``width_loss_lo``/``_hi``; and ``note``, where the intervals come from."""
-    check_request(budget, r, width, template, batch_tokens)
+    check_requests([budget], [r], width, template, batch_tokens)
     spread, note = spread_of(law)
     row = with_intervals(allocation_table(law, [budget], [r], template=template, batch_tokens=batch_tokens),
                          spread, template=template, batch_tokens=batch_tokens).iloc[0].to_dict()

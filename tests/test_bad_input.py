@@ -330,7 +330,7 @@ def test_ui_refuses_an_impossible_port_or_host(workdir, capsys, small_store, arg
 
 def test_export_refuses_a_budget_no_model_can_train(workdir, capsys):
     refuses(["export", "--law", "paper", "--budgets", "1"], workdir, capsys,
-            "budget 1 FLOPs buys no optimizer step of 262144 tokens at r=1 for any buildable width")
+            "budget 1.00e0 FLOPs buys no optimizer step of 262144 tokens at r=1 and any buildable width")
 
 
 @pytest.mark.parametrize("argv, message", [
