@@ -269,12 +269,12 @@ def test_residual_bootstrap_keeps_phi_identified_on_nine_cells():
     assert fit.interval == "residual" and fit.n_cells == 9
     lo, hi = fit.phi_ci
     assert lo < PAPER_LAW.phi < hi and hi - lo < 0.5
-    assert np.all(np.abs(fit.bootstrap[:, 5]) < 2.9)  # no resample ran phi to its bound (-3 or 3)
+    assert np.all(np.abs(fit.draws()["phi"]) < 2.9)  # no resample ran phi to its bound (-3 or 3)
 
 
 def test_residual_bootstrap_of_noise_free_runs_is_the_fit_itself():
     fit = fit_joint_law(paper_runs(**NINE_CELLS), n_starts=60, n_bootstrap=10, interval="residual")
-    np.testing.assert_allclose(fit.bootstrap[:, 5], PAPER_LAW.phi, atol=1e-3)
+    np.testing.assert_allclose(fit.draws()["phi"], PAPER_LAW.phi, atol=1e-3)
 
 
 def test_the_same_runs_in_another_order_give_the_same_interval():
