@@ -136,8 +136,13 @@ def _built(law: JointLaw, curve: SizeCurve, width: float, budget: float, batch_t
     """The better buildable model next to the continuous optimum, trained for whole steps."""
     built = {name: values[0].item() for name, values in
              built_models(stacked([law]), curve, np.array([width]), budget, batch_tokens).items()}
-    whole = ("width_built", "heads_built", "tokens_built")  # counts read as such (51552, not 51552.0)
-    return {name: int(v) if name in whole and np.isfinite(v) else v for name, v in built.items()}
+    whole = ("width_built", "heads_built")  # counts read as such (51552, not 51552.0)
+    built = {name: int(v) if name in whole and np.isfinite(v) else v for name, v in built.items()}
+    if np.isfinite(built["width_built"]):  # the exact count, past float64's 2^53 too
+        built["tokens_built"] = tokens_for_budget(curve.config(built["width_built"]), budget, batch_tokens)
+    else:
+        built["tokens_built"] = 0
+    return built
 
 
 def built_models(laws: JointLaw, curve: SizeCurve, widths: np.ndarray, budget: float,
