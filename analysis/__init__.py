@@ -17,6 +17,7 @@ _EXPORTS = {
     "FitSuite": "suite", "fit_suite": "suite",
     "pareto_frontier": "frontier", "power_laws": "frontier",
     "IsoflopResult": "isoflop", "cell_optima": "isoflop",
+    "spread_of": "intervals", "with_intervals": "intervals",
     "Analysis": "report", "analyze": "report",
     "RUN_COLUMNS": "runs", "exclusions": "runs", "load_runs": "runs", "usable_runs": "runs",
     "PAPER_BATCH_TOKENS": "sizes", "PAPER_TEMPLATE": "sizes", "SizeCurve": "sizes",

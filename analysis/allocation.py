@@ -26,11 +26,12 @@ units in the column names; ``readable`` formats it for reading (Markdown, LaTeX,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq, minimize_scalar
+from scipy.optimize import brentq
 
 from loopscale.model import JointLaw, tokens_for_budget
 
@@ -68,15 +69,40 @@ def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: 
     return pd.DataFrame(rows)
 
 
+def stacked(laws: Sequence[JointLaw]) -> JointLaw:
+    """K laws as one ``JointLaw`` whose constants are (K, 1) arrays: evaluated on a row of widths (1, G) it gives
+    every law's losses at once (K, G)."""
+    return JointLaw(**{name: np.array([[getattr(law, name)] for law in laws], dtype=float)
+                       for name in ("E", "A", "alpha", "B", "beta", "phi")})
+
+
 def optimal_width(law: JointLaw, curve: SizeCurve, budget: float) -> float:
     """The continuous width minimising the predicted loss at ``budget``."""
+    return float(optimal_widths(stacked([law]), curve, budget)[0])
+
+
+def optimal_widths(laws: JointLaw, curve: SizeCurve, budget: float) -> np.ndarray:
+    """(K,) the continuous width minimising each of ``stacked`` laws' predicted loss at ``budget``: the best
+    of a grid of 400 log-widths, then golden-section search (Kiefer 1953) between its neighbours to 1e-10 in
+    log width, all laws at once."""
     grid = np.linspace(*LOG_WIDTH_RANGE, 400)
-    losses = _loss(law, curve, np.exp(grid), budget)
-    i = int(np.argmin(losses))
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
-    result = minimize_scalar(lambda u: float(_loss(law, curve, np.exp(u), budget)), bounds=(lo, hi),
-                             method="bounded", options={"xatol": 1e-10})
-    return float(np.exp(result.x))
+    i = np.argmin(_loss(laws, curve, np.exp(grid)[None, :], budget), axis=1)
+    lo, hi = grid[np.maximum(i - 1, 0)], grid[np.minimum(i + 1, grid.size - 1)]
+
+    def f(u: np.ndarray) -> np.ndarray:
+        return _loss(laws, curve, np.exp(u)[:, None], budget)[:, 0]
+
+    ratio = (np.sqrt(5.0) - 1) / 2
+    a, b = lo + (1 - ratio) * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = f(a), f(b)
+    while (hi - lo).max() > 1e-10:
+        left = fa <= fb  # the minimum lies in [lo, b]: b becomes the upper end, a the new b
+        lo, hi = np.where(left, lo, a), np.where(left, b, hi)
+        new = np.where(left, lo + (1 - ratio) * (hi - lo), lo + ratio * (hi - lo))
+        f_new = f(new)
+        a, b, fa, fb = (np.where(left, new, b), np.where(left, a, new),
+                        np.where(left, f_new, fb), np.where(left, fa, f_new))
+    return np.exp((lo + hi) / 2)
 
 
 def _loss(law: JointLaw, curve: SizeCurve, width, budget: float):
@@ -108,22 +134,43 @@ def _row(law: JointLaw, curve: SizeCurve, base: SizeCurve, budget: float, base_l
 
 def _built(law: JointLaw, curve: SizeCurve, width: float, budget: float, batch_tokens: int) -> dict[str, Any]:
     """The better buildable model next to the continuous optimum, trained for whole steps."""
+    built = {name: values[0].item() for name, values in
+             built_models(stacked([law]), curve, np.array([width]), budget, batch_tokens).items()}
+    whole = ("width_built", "heads_built")  # counts read as such (51552, not 51552.0)
+    built = {name: int(v) if name in whole and np.isfinite(v) else v for name, v in built.items()}
+    if np.isfinite(built["width_built"]):  # the exact count, past float64's 2^53 too
+        built["tokens_built"] = tokens_for_budget(curve.config(built["width_built"]), budget, batch_tokens)
+    else:
+        built["tokens_built"] = 0
+    return built
+
+
+def built_models(laws: JointLaw, curve: SizeCurve, widths: np.ndarray, budget: float,
+                 batch_tokens: int) -> dict[str, np.ndarray]:
+    """(K,) per ``stacked`` law k, the better of the two buildable widths (multiples of head_dim) around its
+    continuous optimum ``widths[k]`` under that law, trained for whole optimizer steps
+    (``model.tokens_for_budget``); NaN where neither trains a step."""
     unit = curve.head_dim
-    candidates = {max(unit, int(np.floor(width / unit)) * unit), max(unit, int(np.ceil(width / unit)) * unit)}
-    best = None
-    for w in sorted(candidates):
-        config = curve.config(w)
-        tokens = tokens_for_budget(config, budget, batch_tokens)
-        if tokens == 0:
-            continue
-        sizes = curve.sizes(w)
-        loss = float(law.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens))
-        if best is None or loss < best["loss_built"]:
-            best = {"width_built": w, "s_built": w / curve.width_unit, "heads_built": w // unit,
-                    "N_built": float(sizes["N"]), "tokens_built": tokens,
-                    "flops_built": float(sizes["F"]) * tokens, "loss_built": loss}
-    return best or {"width_built": np.nan, "s_built": np.nan, "heads_built": np.nan, "N_built": np.nan,
-                    "tokens_built": 0, "flops_built": 0.0, "loss_built": np.nan}
+    below = np.maximum(unit, np.floor(widths / unit) * unit)
+    above = np.maximum(unit, np.ceil(widths / unit) * unit)
+    tokens_of = {w: tokens_for_budget(curve.config(int(w)), budget, batch_tokens)
+                 for w in np.unique(np.concatenate([below, above]))}
+    choices = []
+    for candidate in (below, above):
+        tokens = np.array([tokens_of[w] for w in candidate], dtype=float)
+        sizes = curve.sizes(candidate[:, None])
+        with np.errstate(divide="ignore"):
+            loss = laws.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens[:, None])[:, 0]
+        choices.append((candidate, tokens, np.where(tokens > 0, loss, np.inf)))
+    (w0, t0, l0), (w1, t1, l1) = choices
+    take = l1 < l0
+    width, tokens, loss = np.where(take, w1, w0), np.where(take, t1, t0), np.minimum(l0, l1)
+    trains = np.isfinite(loss)
+    width = np.where(trains, width, np.nan)
+    sizes = curve.sizes(width)
+    return {"width_built": width, "s_built": width / curve.width_unit, "heads_built": width // unit,
+            "N_built": sizes["N"], "tokens_built": np.where(trains, tokens, 0),
+            "flops_built": np.where(trains, sizes["F"] * tokens, 0.0), "loss_built": np.where(trains, loss, np.nan)}
 
 
 def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float) -> float:
@@ -153,24 +200,37 @@ BUILDABLE = {"budget_flops": "budget (FLOPs)", "r": "r", "width_built": "width",
              "loss_built": "loss (nats)"}
 
 
+# Its intervals, where the table has them (analysis/intervals.py): column -> header.
+BUILDABLE_INTERVALS = {"N_built_lo": "N lo", "N_built_hi": "N hi", "tokens_built_lo": "D lo",
+                       "tokens_built_hi": "D hi", "loss_built_lo": "loss lo", "loss_built_hi": "loss hi"}
+
+
 def buildable(table: pd.DataFrame) -> pd.DataFrame:
     """The buildable model of each row of an ``allocation_table``: N is the built model's unique
-    non-embedding parameters, D its tokens for whole optimizer steps."""
-    short = table.assign(tokens_per_param_built=table["tokens_built"] / table["N_built"])[list(BUILDABLE)]
+    non-embedding parameters, D its tokens for whole optimizer steps; with their intervals where the table
+    has them (``intervals.with_intervals``)."""
+    columns = list(BUILDABLE) + [c for c in BUILDABLE_INTERVALS if c in table]
+    short = table.assign(tokens_per_param_built=table["tokens_built"] / table["N_built"])[columns]
     counts = ["r", "width_built", "heads_built", "N_built", "tokens_built"]
     if short[counts].notna().all().all():  # whole numbers read as such (51552, not 51552.0)
         # those that fit: the tokens of a 1e50-FLOP budget do not (int64 ends at 9.2e18)
         short = short.astype({c: "int64" for c in counts if short[c].map(abs).max() < 2**63})
-    return short.rename(columns=BUILDABLE)
+    return short.rename(columns={**BUILDABLE, **BUILDABLE_INTERVALS})
 
 
 def readable(short: pd.DataFrame) -> pd.DataFrame:
     """``buildable``'s table as text in one format per column (analysis/numbers.py): budgets as 1.00e18, counts
-    with a k/M/B/T suffix and 3 significant figures (412M, 8.21B), D/N with one decimal, loss with three."""
+    with a k/M/B/T suffix and 3 significant figures (412M, 8.21B), D/N with one decimal, loss with three; each
+    interval as one column ``<quantity> lo-hi`` of ``low-high`` ranges in its quantity's format."""
     formats = {"budget (FLOPs)": numbers.flops, "r": _integer, "width": _integer, "heads": _integer,
                "N (params)": numbers.count, "D (tokens)": numbers.count, "D/N": "{:.1f}".format,
                "loss (nats)": numbers.loss}
-    return pd.DataFrame({c: [("" if pd.isna(v) else formats[c](v)) for v in short[c]] for c in short.columns})
+    text = {c: [("" if pd.isna(v) else formats[c](v)) for v in short[c]] for c in formats if c in short}
+    for quantity, form in (("N", numbers.count), ("D", numbers.count), ("loss", numbers.loss)):
+        if f"{quantity} lo" in short:
+            text[f"{quantity} lo-hi"] = [numbers.span(lo, hi, form) for lo, hi in
+                                            zip(short[f"{quantity} lo"], short[f"{quantity} hi"])]
+    return pd.DataFrame(text)
 
 
 def _integer(value: float) -> str:

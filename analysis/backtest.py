@@ -52,7 +52,8 @@ class Backtest:
 
     def text(self) -> str:
         s = self.summary()
-        line = (f"backtest: refit without C={self.held_out:.3g} ({s['refit_runs']} runs, phi {self.fit.phi:.3f}) "
+        line = (f"backtest: refit without C={self.held_out:.3g} ({s['refit_runs']} runs"
+                f"{f', phi {self.fit.phi:.3f}' if self.fit.phi_applicable else ''}) "
                 f"predicts its {self.n_held_out} runs to {self.runs_rmse:.4f} nats RMSE")
         if s["cells_compared"]:
             lo, hi = s["width_ratio_range"]

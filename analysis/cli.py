@@ -1,4 +1,4 @@
-"""The analysis subcommands of ``loopscale``: analyze, export, compare.
+"""The analysis subcommands of ``loopscale``: analyze, export, predict, compare.
 
 ``register(subparsers)`` adds them to the main parser (search/cli.py); each sets ``func`` to a function of the
 parsed arguments returning an exit code. Bad input raises ValueError with one line, before anything is
@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
 from .store import DEFAULT_RUN_DIR
@@ -26,7 +27,7 @@ DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
 
 
 def register(subparsers) -> None:
-    """Add ``analyze``, ``export`` and ``compare`` to an argparse subparsers object."""
+    """Add ``analyze``, ``export``, ``predict`` and ``compare`` to an argparse subparsers object."""
     analyze_p = subparsers.add_parser(
         "analyze", help="fit a sweep: per-cell optima, frontier, the joint law with phi, tables and plots",
         description="Read a sweep's runs from MLflow (or a CSV/parquet runs table), find each (budget, r) cell's "
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
     analyze_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
                            help="recurrence counts of the allocation table, comma-separated (default: the sweep's)")
     analyze_p.add_argument("--no-log", action="store_true", help="do not log the results to MLflow")
-    _fit_arguments(analyze_p)
+    _fit_arguments(analyze_p, fix_phi=True)
     analyze_p.set_defaults(func=run_analyze)
 
     export_p = subparsers.add_parser(
@@ -54,10 +55,7 @@ def register(subparsers) -> None:
         description="Compute-optimal width, N, N_eff, tokens, tokens per parameter, predicted loss, gap to r = 1 "
                     "and the equivalent non-looped model, for each budget and r, under a sweep's fitted law or "
                     "the paper's published one. Writes to --out or standard output.")
-    source = export_p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
-    source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
-    _tracking_argument(export_p)
+    _law_source(export_p)
     export_p.add_argument("--budgets", type=_floats, default=None,
                           help="FLOP budgets, comma-separated, e.g. 1e18,1e19 (default: the sweep's, or the "
                                "paper's six)")
@@ -69,8 +67,22 @@ def register(subparsers) -> None:
                                "non-looped model, ...); default: the buildable model per budget and r (budget, "
                                "r, width, heads, N, D, D/N, loss)")
     export_p.add_argument("--out", type=Path, default=None, help="output file (default: standard output)")
-    _fit_arguments(export_p, bootstrap_default=0)
+    _fit_arguments(export_p, fix_phi=True)
     export_p.set_defaults(func=run_export)
+
+    predict_p = subparsers.add_parser(
+        "predict", help="the loss of a run at a budget and r, the compute-optimal N and D there, with intervals",
+        description="What loss will a run reach at budget C and recurrence r, at which compute-optimal N and D, "
+                    "with what interval: under a sweep's fitted law (intervals from its bootstrap draws) or the "
+                    "published one (which carries no interval but phi's). With --width, also the loss of that "
+                    "width's model trained for the whole steps the budget buys.")
+    _law_source(predict_p)
+    predict_p.add_argument("--budget", type=_positive, required=True, help="training FLOPs, e.g. 1e20")
+    predict_p.add_argument("--r", type=_ints_one, required=True, help="recurrence count")
+    predict_p.add_argument("--width", type=_ints_one, default=None,
+                           help="also the loss of the model of this width (a multiple of head_dim)")
+    _fit_arguments(predict_p, fix_phi=True)
+    predict_p.set_defaults(func=run_predict)
 
     compare_p = subparsers.add_parser(
         "compare", help="Delta-phi between two sweeps, with a bootstrap interval and a verdict",
@@ -87,6 +99,14 @@ def register(subparsers) -> None:
     compare_p.set_defaults(func=run_compare)
 
 
+def _law_source(parser: argparse.ArgumentParser) -> None:
+    """--experiment (fit a sweep) or --law paper (the published constants), and --tracking-uri."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
+    source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
+    _tracking_argument(parser)
+
+
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, sqlite:///path/mlflow.db or http(s)://server "
@@ -94,16 +114,20 @@ def _tracking_argument(parser: argparse.ArgumentParser) -> None:
                              "mlflow.db)")
 
 
-def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 200) -> None:
+def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) -> None:
     group = parser.add_argument_group("fit")
+    if fix_phi:
+        group.add_argument("--fix-phi", type=float, default=None, metavar="VALUE",
+                           help="hold phi at VALUE (0: a recurrence adds no capacity, 1: one is worth a unique "
+                                "block); default: fit it, or with runs of a single r the plain law without phi")
     group.add_argument("--data", choices=DATA_MODES, default="all",
                        help="fit all runs, only the per-r Pareto frontier, or the per-cell optima (default all)")
     group.add_argument("--stage", default="search",
                        help="fit only runs of this stage; 'all' for every stage (default search)")
     group.add_argument("--n-starts", type=int, default=500,
                        help=f"random optimiser starts (default 500, at most {MAX_STARTS:,}: each is one more fit)")
-    group.add_argument("--n-bootstrap", type=int, default=bootstrap_default,
-                       help=f"bootstrap resamples behind the intervals (default {bootstrap_default}, at most "
+    group.add_argument("--n-bootstrap", type=int, default=200,
+                       help=f"bootstrap resamples behind the intervals (default 200, at most "
                             f"{MAX_BOOTSTRAP:,}: memory grows with resamples x runs; a runs table holds at most "
                             f"{MAX_RUNS:,} runs, the paper's 116)")
     group.add_argument("--interval", choices=INTERVAL_METHODS, default="auto",
@@ -115,7 +139,8 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, bootstrap_default: int = 
 
 def _options(args: argparse.Namespace) -> FitOptions:
     return FitOptions(data=args.data, stage=None if args.stage == "all" else args.stage, n_starts=args.n_starts,
-                      n_bootstrap=args.n_bootstrap, seed=args.seed, interval=args.interval)
+                      n_bootstrap=args.n_bootstrap, seed=args.seed, interval=args.interval,
+                      fix_phi=getattr(args, "fix_phi", None))
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -199,44 +224,18 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from loopscale.model import PAPER_LAW
-
     from .allocation import allocation_table, buildable, readable
-    from .compare import excluded_text
-    from .fit import fit_joint_law
-    from .flops import PAPER_GRID, PAPER_RECURRENCES
-    from .identify import likely_fixes, with_identification
-    from .isoflop import cell_optima
-    from .report import template_mismatch
-    from .runs import load_runs, template_of, usable_runs
+    from .intervals import spread_of, with_intervals
     from .tables import render
 
     _check_out(args.out, folder=False)
     options = _options(args)
-    if args.law == "paper":
-        law, template, batch_tokens = PAPER_LAW, None, None
-        budgets = args.budgets or list(PAPER_GRID)
-        recurrences = args.recurrences or list(PAPER_RECURRENCES)
-    else:
-        runs = load_runs(args.experiment, args.tracking_uri)
-        used = usable_runs(runs, stage=options.stage)
-        template, batch_tokens, _ = template_of(runs)
-        mismatch = template_mismatch(used, template)
-        if mismatch:
-            raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
-        law = fit_joint_law(runs, options=options)
-        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
-                                  options.bounds)
-        print(f"{args.experiment}: fitted {law.n_runs} runs, phi {law.phi:.3f} [{law.status.value}]; excluded "
-              f"{excluded_text(runs, options.stage)}", file=sys.stderr)
-        fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
-        for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
-            print(line, file=sys.stderr)
-        budgets = args.budgets or sorted(used["budget_flops"].unique())
-        recurrences = args.recurrences or sorted(int(r) for r in used["r"].unique())
-        warn_extrapolation(budgets, used["budget_flops"])
+    law, template, batch_tokens, budgets, recurrences = law_for(args, options, args.budgets, args.recurrences)
     extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     table = allocation_table(law, budgets, recurrences, template=template, **extra)
+    spread, note = spread_of(law)
+    table = with_intervals(table, spread, template=template, **extra)
+    print(f"intervals: {note}", file=sys.stderr)
     if not args.full:
         table = buildable(table)
         if args.format in ("md", "latex"):
@@ -251,15 +250,79 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] | None,
+            recurrences: list[int] | None):
+    """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
+    batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
+    else the sweep's (the paper's for --law paper). Each (budget, r) and ``args.width`` (predict's) are checked
+    before any fit (``predict.check_requests``). Fitting a sweep prints its fit on stderr; budgets outside those
+    fitted get a warning."""
+    from loopscale.model import PAPER_LAW
+
+    from .compare import excluded_text
+    from .fit import fit_joint_law
+    from .flops import PAPER_GRID, PAPER_RECURRENCES
+    from .identify import likely_fixes, with_identification
+    from .isoflop import cell_optima
+    from .report import template_mismatch
+    from .predict import check_requests
+    from .runs import load_runs, template_of, usable_runs
+    from .sizes import PAPER_BATCH_TOKENS
+
+    width = getattr(args, "width", None)
+    if args.law == "paper":
+        if options.fix_phi is not None:
+            raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
+        check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
+                       PAPER_BATCH_TOKENS)
+        if budgets:
+            warn_extrapolation(budgets, list(PAPER_GRID))
+        return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
+    runs = load_runs(args.experiment, args.tracking_uri)
+    used = usable_runs(runs, stage=options.stage)
+    template, batch_tokens, _ = template_of(runs)
+    mismatch = template_mismatch(used, template)
+    if mismatch:
+        raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
+    given = budgets
+    budgets = budgets or sorted(used["budget_flops"].unique())
+    recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
+    check_requests(budgets, recurrences, width, template, batch_tokens)
+    law = fit_joint_law(runs, options=options)
+    if law.fixed_phi is None:
+        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
+                                  options.bounds)
+    print(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
+          f"{excluded_text(runs, options.stage)}\n  {law.phi_text()}", file=sys.stderr)
+    fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
+    for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
+        print(line, file=sys.stderr)
+    if given:
+        warn_extrapolation(budgets, used["budget_flops"])
+    return law, template, batch_tokens, budgets, recurrences
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from .predict import predict, prediction_lines
+    from .sizes import PAPER_BATCH_TOKENS
+
+    options = _options(args)
+    law, template, batch_tokens, _, _ = law_for(args, options, [args.budget], [args.r])
+    batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
+    result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens)
+    print("\n".join(prediction_lines(result, batch_tokens)))
+    return 0
+
+
 def warn_extrapolation(budgets, fitted_budgets) -> None:
     """A warning line on stderr for budgets outside the fitted range: the law is extrapolated there."""
     from .allocation import outside_fitted
 
     outside = outside_fitted(budgets, fitted_budgets)
     if outside:
-        print(f"loopscale: warning: budget(s) {', '.join(f'{c:.3g}' for c in outside)} lie outside the fitted "
-              f"budgets {min(fitted_budgets):.3g} to {max(fitted_budgets):.3g} FLOPs: the law is extrapolated "
-              "there", file=sys.stderr)
+        print(f"loopscale: warning: budget(s) {', '.join(numbers.flops(c) for c in outside)} outside the "
+              f"fitted budgets {numbers.flops(min(fitted_budgets))} to {numbers.flops(max(fitted_budgets))} FLOPs: "
+              "the law is extrapolated there", file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -304,6 +367,20 @@ def _floats(text: str) -> list[float]:
     return values
 
 
+def _positive(text: str) -> float:
+    values = _floats(text)
+    if len(values) != 1 or values[0] == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected one finite positive number, got {text!r}")
+    return values[0]
+
+
+def _ints_one(text: str) -> int:
+    values = _ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
+
+
 def _ints(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -315,7 +392,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The three subcommands on their own (the full CLI is ``loopscale``)."""
+    """The analysis subcommands on their own (the full CLI is ``loopscale``)."""
     parser = argparse.ArgumentParser(prog="loopscale", description="loopscale analysis commands")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -71,13 +71,18 @@ def compare_runs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, *, name_a: str = "A
         used_b, borrowed = pd.concat([used_b, used_a[used_a["r"] == 1]]), name_b
     elif not (used_a["r"] == 1).any() and (used_b["r"] == 1).any():
         used_a, borrowed = pd.concat([used_a, used_b[used_b["r"] == 1]]), name_a
+    for name, used in ((name_a, used_a), (name_b, used_b)):
+        if used["r"].nunique() < 2 and options.fix_phi is None:  # a single r fits the plain law: no phi to compare
+            raise ValueError(f"{name} has runs of one r only (r={int(used['r'].iloc[0])}): phi is not applicable to "
+                             "it, so there is no Delta-phi to compare")
     fit_a = fit_joint_law(used_a, options=options)
     fit_b = fit_joint_law(used_b, options=dataclasses.replace(options, seed=options.seed + 1))
     delta = fit_b.phi - fit_a.phi
-    n = min(len(fit_a.bootstrap), len(fit_b.bootstrap))
+    n = min(fit_a.n_bootstrap, fit_b.n_bootstrap)
     if n:
         tail = 100 * (1 - options.confidence) / 2
-        lo, hi = np.percentile(fit_b.bootstrap[:n, 5] - fit_a.bootstrap[:n, 5], [tail, 100 - tail])
+        phi_a, phi_b = fit_a.draws()["phi"].to_numpy()[:n], fit_b.draws()["phi"].to_numpy()[:n]
+        lo, hi = np.percentile(phi_b - phi_a, [tail, 100 - tail])
     else:
         lo = hi = np.nan
     budgets = tuple(sorted(set(used_a["budget_flops"]) | set(used_b["budget_flops"])))

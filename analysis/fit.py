@@ -16,6 +16,7 @@ when the projected gradient at the answer is still large, AT_BOUND when a free p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -35,14 +36,19 @@ def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIO
 
     Only rows with status "ok" (and of ``options.stage``) are fitted; ``options.data`` picks all of them, the
     per-r Pareto frontier or the per-cell IsoFLOP optima.
+
+    Runs of a single r cannot identify phi (at one r, r^phi N_rec is a constant multiple of N_rec, which A
+    absorbs in an iso-depth sweep): unless phi is fixed, they are fitted as the plain Chinchilla law
+    L = E + A N^-alpha + B D^-beta with N = N_once + N_rec (phi held at 0), and the fit's ``single_r`` says so.
     """
     options = with_overrides(options, overrides)
-    problem = FitProblem.of(FitData.from_runs(fit_rows(runs, options)), options)
-    data = problem.data
+    data = FitData.from_runs(fit_rows(runs, options))
+    single_r = int(data.r[0]) if np.unique(data.r).size == 1 and options.fix_phi is None else None
+    if single_r is not None:
+        options = dataclasses.replace(options, fix_phi=0.0)
+    problem = FitProblem.of(data, options)
     if data.n_runs <= problem.n_free:
         raise ValueError(f"{data.n_runs} runs cannot determine {problem.n_free} free parameters")
-    if problem.free[5] and np.unique(data.r).size < 2:
-        raise ValueError("phi is not identifiable from runs with a single r; fix it (fix_phi)")
 
     rng = np.random.default_rng(options.seed)
     ones = np.ones((1, data.n_runs))
@@ -54,7 +60,8 @@ def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIO
     theta, f_best = _polish(problem, main.x[best], main.f[best])
     at_best = int((main.f <= f_best * (1 + 1e-6) + 1e-12).sum())
     resamples = refit_resamples(problem, theta, main, rng)
-    return _summarise(problem, theta, f_best, Stop(main.stop[best]), at_best, resamples)
+    fit = _summarise(problem, theta, f_best, Stop(main.stop[best]), at_best, resamples)
+    return dataclasses.replace(fit, single_r=single_r) if single_r is not None else fit
 
 
 def refit(data: FitData, previous: np.ndarray | None, *, n_starts: int = 4, seed: int = 0, max_iter: int = 300,

@@ -60,8 +60,31 @@ class LawFit:
     interval: str
     bootstrap_stopped_early: int
     confidence: float
-    bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order
+    bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order; read it through draws()
     warnings: tuple[str, ...] = ()   # why phi is not identified (status UNIDENTIFIED)
+    single_r: int | None = None      # the one r of a single-r table: the plain law, phi not applicable
+
+    @property
+    def phi_applicable(self) -> bool:
+        """False for a single-r table, fitted as the plain law L = E + A N^-alpha + B D^-beta with
+        N = N_once + N_rec (phi held at 0): one r cannot tell r^phi N_rec from A."""
+        return self.single_r is None
+
+    def phi_text(self) -> str:
+        """phi as a line reads it: its value with its interval, fixed, or not applicable (a single r)."""
+        if not self.phi_applicable:
+            return f"phi not applicable (one r, r={self.single_r}: the plain law L = E + A N^-alpha + B D^-beta)"
+        if self.fixed_phi is not None:
+            return f"phi {self.fixed_phi:g} (fixed)"
+        if not self.n_bootstrap:
+            return f"phi {self.phi:.3f} (no interval: no bootstrap)"
+        return (f"phi {self.phi:.3f} ({100 * self.confidence:.0f}% CI {self.phi_ci[0]:.3f} to "
+                f"{self.phi_ci[1]:.3f})")
+
+    def draws(self) -> pd.DataFrame:
+        """The bootstrap draws by name: one row per resample, one column per constant (E, A, alpha, B, beta,
+        phi); empty when the fit ran no bootstrap. A fixed phi is that value in every row."""
+        return pd.DataFrame(self.bootstrap, columns=list(CONSTANTS))
 
     @property
     def law(self) -> JointLaw:
@@ -81,6 +104,7 @@ class LawFit:
         out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
         out["at_bound"] = list(self.at_bound)
         out["warnings"] = list(self.warnings)
+        out["phi_applicable"] = self.phi_applicable
         return out
 
 

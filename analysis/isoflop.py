@@ -14,7 +14,12 @@ with that reason.
 
 Uncertainty: a residual bootstrap (refit to fitted values plus resampled residuals, inflated by
 sqrt(n / (n - 3))); resamples whose parabola has no interior minimum are dropped and their share reported as
-``boot_valid``. A cell with exactly three sizes has no residual spread and so no interval.
+``boot_valid``. A cell of three runs has no residual (the parabola passes through them), so the bootstrap cannot
+draw its noise; it gets a parametric bootstrap instead (Efron & Tibshirani 1993, ch. 6): refits to the fitted
+values plus Gaussian noise of the sweep's pooled residual standard deviation, sigma^2 = sum RSS / sum (n - 3)
+over the cells with more runs than three (the same noise in every cell: one training recipe, one evaluation
+set). Column ``interval`` says which; with no cell of more than three runs there is no noise to pool and no
+interval.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from . import numbers
 from .runs import usable_runs
 
 
@@ -42,18 +48,38 @@ def cell_optima(runs: pd.DataFrame, *, stage: str | None = "search", n_bootstrap
     rng = np.random.default_rng(seed)
     tail = 100 * (1 - confidence) / 2
     rows, draws = [], {}
-    for (budget, r), cell in usable.groupby(["budget_flops", "r"], sort=True):
-        row, cell_draws = _cell(cell, n_bootstrap, rng, tail, min_points)
+    cells = usable.groupby(["budget_flops", "r"], sort=True)
+    sigma = pooled_sigma([cell for _, cell in cells])
+    for (budget, r), cell in cells:
+        row, cell_draws = _cell(cell, n_bootstrap, rng, tail, min_points, sigma)
         rows.append({"r": int(r), "budget_flops": float(budget), **row})
         draws[(float(budget), int(r))] = cell_draws
     return IsoflopResult(table=pd.DataFrame(rows), draws=draws)
 
 
+def pooled_sigma(cells: list[pd.DataFrame]) -> float:
+    """The pooled residual standard deviation of the cells' parabolas (nats), sqrt(sum RSS / sum (n - 3)) over
+    the cells with more than three runs of at least three sizes; NaN when there is none."""
+    rss, dof = 0.0, 0
+    for cell in cells:
+        x, y = _points(cell)
+        if len(y) > 3 and np.unique(x).size >= 3:
+            design = np.vander(x - x.mean(), 3, increasing=True)
+            coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+            rss += float(((y - design @ coef) ** 2).sum())
+            dof += len(y) - 3
+    return float(np.sqrt(rss / dof)) if dof else np.nan
+
+
+def _points(cell: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(log N, loss) of a cell's runs."""
+    return np.log((cell["N_once"] + cell["N_rec"]).to_numpy(float)), cell["val_loss"].to_numpy(float)
+
+
 def _cell(cell: pd.DataFrame, n_bootstrap: int, rng: np.random.Generator, tail: float,
-          min_points: int) -> tuple[dict, np.ndarray]:
+          min_points: int, sigma: float) -> tuple[dict, np.ndarray]:
     cell = cell.sort_values("N_once")
-    x = np.log((cell["N_once"] + cell["N_rec"]).to_numpy(float))
-    y = cell["val_loss"].to_numpy(float)
+    x, y = _points(cell)
     n_sizes = np.unique(x).size
     row = {"n_points": len(cell), "status": "ok", "reason": ""}
     nothing = np.full((n_bootstrap, 3), np.nan)
@@ -81,12 +107,22 @@ def _cell(cell: pd.DataFrame, n_bootstrap: int, rng: np.random.Generator, tail: 
                width_opt=interp["width"](vertex), tokens_per_param=d_opt / n_opt)
 
     residual = y - design @ coef
-    if len(y) <= 3 or n_bootstrap == 0:
+    noise = None
+    if n_bootstrap == 0:
+        row["interval"] = "none: no bootstrap"
+    elif len(y) > 3:
+        row["interval"] = "residual bootstrap"
+        noise = np.sqrt(len(y) / (len(y) - 3)) * residual[rng.integers(0, len(y), size=(n_bootstrap, len(y)))]
+    elif np.isfinite(sigma):
+        row["interval"] = f"parametric bootstrap, pooled noise {numbers.sig(sigma)} nats"
+        noise = sigma * rng.standard_normal((n_bootstrap, len(y)))
+    else:
+        row["interval"] = "none: no cell has more than 3 runs to estimate the noise"
+    if noise is None:
         row.update(N_lo=np.nan, N_hi=np.nan, D_lo=np.nan, D_hi=np.nan, L_lo=np.nan, L_hi=np.nan, boot_valid=np.nan)
         point = np.array([vertex, np.log(d_opt), row["L_opt"]])
         return row, np.tile(point, (n_bootstrap, 1))
-    scale = np.sqrt(len(y) / (len(y) - 3))
-    fake = design @ coef + scale * residual[rng.integers(0, len(y), size=(n_bootstrap, len(y)))]
+    fake = design @ coef + noise
     boot_coef = np.linalg.lstsq(design, fake.T, rcond=None)[0].T  # (B, 3)
     boot_vertex = _vertex(boot_coef, center, x.min(), x.max())
     valid = np.isfinite(boot_vertex)

@@ -201,7 +201,7 @@ def phi_figure(fit: LawFit) -> Figure:
     """Histogram of the bootstrap phi with the point estimate and the percentile interval."""
     fig = _figure(6.5, 4.0)
     ax = fig.subplots()
-    draws = fit.bootstrap[:, 5] if len(fit.bootstrap) else np.empty(0)
+    draws = fit.draws()["phi"].to_numpy()
     if draws.size:
         ax.hist(draws, bins=30, color="C0", alpha=0.7)
     ax.axvline(fit.phi, color="black", label=f"phi = {fit.phi:.3f}")

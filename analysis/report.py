@@ -19,13 +19,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import numbers
 from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
+from .fit_types import LawFit
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
+from .intervals import spread_of, with_intervals
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
@@ -81,7 +84,7 @@ class Analysis:
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
-        if self.allocation is None:
+        if self.allocation is None or not self.suite.joint.phi_applicable:
             return {}
         looped = self.allocation[self.allocation["r"] > 1]
         return {str(int(r)): [float(g["loss_gap_to_r1"].min()), float(g["loss_gap_to_r1"].max())]
@@ -93,12 +96,7 @@ class Analysis:
         lines = [f"warning: {self.unfinished}"] if self.unfinished else []
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
-                  f"phi = {joint.phi:.3f} ({pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-                  f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
-                  + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "")
-                  + ") "
-                  f"[{joint.status.value}]",
-                  f"  E {joint.E:.4g}  A {joint.A:.4g}  alpha {joint.alpha:.4g}  B {joint.B:.4g}  beta {joint.beta:.4g}",
+                  f"{_phi_line(joint)} [{joint.status.value}]", *_constant_lines(joint),
                   "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
                                                                           self.suite.phi1.r2)
                   + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
@@ -125,6 +123,7 @@ class Analysis:
         else:
             lines.append("compute-optimal models under the fitted law (buildable; every column: "
                          "tables/allocation):")
+            lines.append(f"intervals: {spread_of(joint)[1]}")
             lines.append(readable(buildable(self.allocation)).to_string(index=False))
         return "\n".join(lines)
 
@@ -166,10 +165,12 @@ class Analysis:
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
         """(metrics, params, tags) of the analysis run."""
         joint = self.suite.joint
-        metrics = {"phi": joint.phi, "phi_lo": joint.phi_ci[0], "phi_hi": joint.phi_ci[1], "E": joint.E,
-                   "A": joint.A, "alpha": joint.alpha, "B": joint.B, "beta": joint.beta, "r2_joint": joint.r2,
+        metrics = {"E": joint.E, "A": joint.A, "alpha": joint.alpha, "B": joint.B, "beta": joint.beta,
+                   "r2_joint": joint.r2,
                    "r2_phi0": self.suite.phi0.r2, "r2_phi1": self.suite.phi1.r2, "rmse_joint": joint.rmse,
                    "runs_used": len(self.used), "runs_excluded": len(self.runs) - len(self.used)}
+        if joint.phi_applicable:
+            metrics.update(phi=joint.phi, phi_lo=joint.phi_ci[0], phi_hi=joint.phi_ci[1])
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
         for r, (lo, hi) in self.gap_ranges().items():
             metrics[f"gap_r{r}_min"], metrics[f"gap_r{r}_max"] = lo, hi
@@ -211,8 +212,9 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
         note = mismatch
     else:
         say("allocation tables")
-        allocation = allocation_table(suite.joint, budgets, recurrences, template=template,
-                                      batch_tokens=batch_tokens)
+        allocation = with_intervals(allocation_table(suite.joint, budgets, recurrences, template=template,
+                                                     batch_tokens=batch_tokens), spread_of(suite.joint)[0],
+                                    template=template, batch_tokens=batch_tokens)
         fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
@@ -224,6 +226,29 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
                         seconds=time.perf_counter() - start, backtest=held_out)
     analysis.tables = _tables(analysis)
     return analysis
+
+
+def _phi_line(joint: LawFit) -> str:
+    """phi with its interval and the bootstrap behind it, or why there is none."""
+    if not joint.phi_applicable or joint.fixed_phi is not None:
+        return joint.phi_text()
+    return (f"phi = {joint.phi:.3f} ({100 * joint.confidence:.0f}% CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
+            f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
+            + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")
+
+
+def _constant_lines(joint: LawFit, width: int = 120) -> list[str]:
+    """Each constant with its interval (``low-high``, analysis/numbers.py), as few lines within ``width`` as hold
+    them."""
+    parts = [f"{name} {numbers.sig(getattr(joint, name))}"
+             + (f" ({numbers.span(*joint.ci[name])})" if numbers.span(*joint.ci[name]) else "")
+             for name in ("E", "A", "alpha", "B", "beta")]
+    lines = [f"  constants ({100 * joint.confidence:.0f}% CI):"]
+    for part in parts:
+        if len(lines[-1]) + 2 + len(part) > width:
+            lines.append("  ")
+        lines[-1] += " " * (1 if lines[-1].endswith(":") else 2) + part
+    return lines
 
 
 def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:

@@ -183,11 +183,11 @@ def test_compare_finds_a_better_loop_and_no_difference_for_a_rerun(tmp_path, cap
     assert "No clear difference" in capsys.readouterr().out
 
 
-def test_register_adds_three_documented_subcommands():
+def test_register_adds_four_documented_subcommands():
     parser = argparse.ArgumentParser(prog="loopscale")
     sub = parser.add_subparsers(dest="command", required=True)
     register(sub)
-    assert set(sub.choices) == {"analyze", "export", "compare"}
+    assert set(sub.choices) == {"analyze", "export", "predict", "compare"}
     for name, sub_parser in sub.choices.items():  # each says which store it reads when given none
         assert "MLFLOW_TRACKING_URI" in " ".join(sub_parser.format_help().split()), name
     args = parser.parse_args(["export", "--law", "paper", "--format", "md"])

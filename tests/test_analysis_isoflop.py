@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from loopscale.analysis import allocation_table, cell_optima, pareto_frontier, power_laws
-from loopscale.analysis.isoflop import cell_gaps
+from loopscale.analysis.isoflop import cell_gaps, pooled_sigma
 from loopscale.model import PAPER_LAW
 from test_analysis_sim import paper_runs
 
@@ -133,3 +134,47 @@ def test_empty_input_gives_empty_tables():
     assert cell_optima(runs).table.empty
     assert power_laws(cell_optima(runs)).empty
     assert pareto_frontier(runs).empty
+
+
+def parabola_sweep(rng, sigma, *, three_point_cells=1, big_cells=4):
+    """Cells of loss 2.5 + 0.05 (log N - log N0)^2 plus Gaussian noise ``sigma``: some of 3 runs, some of 6."""
+    cells = []
+    for i in range(three_point_cells + big_cells):
+        cell = paper_runs(grid={1e18 * (i + 1): (6, 8, 10) if i < three_point_cells else (6, 8, 10, 12, 14, 16)},
+                          recurrences=(1,))
+        x = np.log(cell["N_once"] + cell["N_rec"])
+        centre = np.log(cell["N_once"] + cell["N_rec"]).iloc[1]  # the optimum is the middle run of the 3
+        cells.append(cell.assign(val_loss=2.5 + 0.05 * (x - centre) ** 2 + sigma * rng.standard_normal(len(x))))
+    return pd.concat(cells, ignore_index=True)
+
+
+def test_pooled_sigma_recovers_the_noise():
+    rng = np.random.default_rng(1)
+    runs = parabola_sweep(rng, 0.02, three_point_cells=0, big_cells=40)
+    cells = [cell for _, cell in runs.groupby("budget_flops")]
+    assert pooled_sigma(cells) == pytest.approx(0.02, rel=0.1)
+    assert np.isnan(pooled_sigma([cell.iloc[:3] for cell in cells]))  # no cell with runs to spare
+
+
+def test_a_three_point_cell_gets_a_parametric_interval_that_covers():
+    """Over many sweeps with known noise, the 3-run cell's 95% interval of L* holds the true 2.5 about 95% of
+    the time (a parametric bootstrap from the noise pooled over the other cells)."""
+    rng = np.random.default_rng(2)
+    covered, total = 0, 0
+    for _ in range(200):
+        table = cell_optima(parabola_sweep(rng, 0.004), n_bootstrap=200, seed=int(rng.integers(1 << 30))).table
+        row = table.iloc[0]
+        assert row["n_points"] == 3
+        if row["status"] != "ok":  # noise can turn a parabola of 3 points over: no optimum, no interval
+            continue
+        assert row["interval"].startswith("parametric bootstrap, pooled noise")
+        assert np.isfinite([row["N_lo"], row["N_hi"], row["D_lo"], row["D_hi"], row["L_lo"], row["L_hi"]]).all()
+        total += 1
+        covered += row["L_lo"] <= 2.5 <= row["L_hi"]
+    assert total > 170 and 0.88 <= covered / total <= 0.995, (covered, total)
+
+
+def test_without_a_cell_to_pool_noise_from_a_three_point_cell_has_no_interval():
+    table = cell_optima(parabola_sweep(np.random.default_rng(3), 0.01, big_cells=0), n_bootstrap=50).table
+    row = table.iloc[0]
+    assert np.isnan(row["N_lo"]) and row["interval"].startswith("none: no cell has more than 3 runs")

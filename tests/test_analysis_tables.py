@@ -49,7 +49,7 @@ def test_export_is_short_by_default_full_on_request_and_warns_on_extrapolation(t
     out, err = capsys.readouterr()
     assert out.startswith("| budget (FLOPs) | r | width | heads | N (params) | D (tokens) | D/N | loss (nats) |")
     assert "| 1.00e20 | 4 |" in out
-    assert "budget(s) 1e+20 lie outside the fitted budgets 4.64e+17 to 2.15e+19 FLOPs" in err
+    assert "budget(s) 1.00e20 outside the fitted budgets 4.64e17 to 2.15e19 FLOPs" in err
     assert main([*common, "--budgets", "1e18", "--format", "csv", "--full"]) == 0
     out, err = capsys.readouterr()
     full = pd.read_csv(io.StringIO(out))

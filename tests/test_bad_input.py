@@ -247,6 +247,7 @@ def small_store(tmp_path_factory) -> Path:
 ANALYSIS_COMMANDS = {
     "analyze": lambda exp, uri: ["analyze", "--experiment", exp, "--tracking-uri", uri],
     "export": lambda exp, uri: ["export", "--experiment", exp, "--tracking-uri", uri],
+    "predict": lambda exp, uri: ["predict", "--experiment", exp, "--tracking-uri", uri, "--budget", "1e19", "--r", "1"],
     "compare": lambda exp, uri: ["compare", exp, exp, "--tracking-uri", uri],
 }
 
@@ -329,7 +330,19 @@ def test_ui_refuses_an_impossible_port_or_host(workdir, capsys, small_store, arg
 
 def test_export_refuses_a_budget_no_model_can_train(workdir, capsys):
     refuses(["export", "--law", "paper", "--budgets", "1"], workdir, capsys,
-            "budget 1 FLOPs buys no optimizer step of 262144 tokens at r=1 for any buildable width")
+            "budget 1.00e0 FLOPs buys no optimizer step of 262144 tokens at r=1 and any buildable width")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "1e19", "--r", "4", "--width", "100"], "--width 100 is not buildable: widths are multiples of "
+                                                          "head_dim 128"),
+    (["--budget", "1", "--r", "1"], "budget 1.00e0 FLOPs buys no optimizer step of 262144 tokens at r=1"),
+    (["--budget", "1e19", "--r", "5"], "r=5 does not divide"),
+    (["--budget", "1e19", "--r", "1", "--fix-phi", "nan"], "fix_phi must be finite"),
+    (["--budget", "1e19", "--r", "1", "--fix-phi", "0.5"], "--fix-phi holds phi in a fit of a sweep"),
+])
+def test_predict_refuses_a_request_it_cannot_answer(workdir, capsys, argv, message):
+    refuses(["predict", "--law", "paper", *argv], workdir, capsys, message)
 
 
 def test_a_runs_table_listing_a_run_twice_is_refused(workdir, capsys):

@@ -12,6 +12,7 @@ from loopscale.analysis import DEFAULT_BOUNDS, Bounds, FitOptions, FitStatus, fi
 from loopscale.analysis.bootstrap import block_loss_share, interval_method
 from loopscale.analysis.fit_objective import objective
 from loopscale.analysis.fit_problem import FitData
+from loopscale.analysis.fit_types import CONSTANTS
 from loopscale.analysis.options import THETA
 from loopscale.analysis.runs import expand_branches
 from loopscale.analysis.optimize import Stop, minimize_batch
@@ -151,12 +152,31 @@ def test_bounds_are_validated():
         Bounds(alpha=(1.0, 0.5))
 
 
-def test_phi_needs_more_than_one_r():
-    runs = paper_runs()
-    with pytest.raises(ValueError, match="single r"):
-        fit_joint_law(runs[runs["r"] == 4], n_starts=5, n_bootstrap=0)
-    fit = fit_joint_law(runs[runs["r"] == 4], n_starts=40, n_bootstrap=0, fix_phi=0.0)
-    assert fit.status is FitStatus.CONVERGED
+def test_a_single_r_is_fitted_as_the_plain_law_without_phi():
+    """One r cannot identify phi: the fit is the plain law (phi held at 0, N = N_once + N_rec) and says so."""
+    runs = paper_runs(noise=0.01)
+    single = runs[runs["r"] == 4]
+    plain = fit_joint_law(single, n_starts=40, n_bootstrap=0)
+    assert plain.single_r == 4 and not plain.phi_applicable and plain.phi == 0.0
+    assert "phi not applicable" in plain.phi_text() and "r=4" in plain.phi_text()
+    assert plain.status is FitStatus.CONVERGED
+    explicit = fit_joint_law(single, n_starts=40, n_bootstrap=0, fix_phi=0.0)
+    assert explicit.phi_applicable and explicit.phi_text() == "phi 0 (fixed)"
+    assert [getattr(plain, c) for c in CONSTANTS] == [getattr(explicit, c) for c in CONSTANTS]
+    # a fixed phi is the user's choice, kept even on one r; the runs of several r's fit phi as before
+    held = fit_joint_law(single, n_starts=40, n_bootstrap=0, fix_phi=0.5)
+    assert held.phi == 0.5 and held.phi_applicable
+    assert fit_joint_law(runs, n_starts=40, n_bootstrap=0).phi_applicable
+
+
+def test_bootstrap_draws_by_name():
+    fit = fit_joint_law(paper_runs(noise=0.01), n_starts=40, n_bootstrap=30)
+    draws = fit.draws()
+    assert list(draws.columns) == list(CONSTANTS) and len(draws) == 30
+    tail = 100 * (1 - fit.confidence) / 2
+    for name in CONSTANTS:  # the named column is the one behind that constant's interval
+        assert tuple(np.percentile(draws[name], [tail, 100 - tail])) == pytest.approx(fit.ci[name], rel=1e-12)
+    assert fit_joint_law(paper_runs(), n_starts=5, n_bootstrap=0).draws().empty
 
 
 def test_no_usable_rows_is_a_value_error():
@@ -249,12 +269,12 @@ def test_residual_bootstrap_keeps_phi_identified_on_nine_cells():
     assert fit.interval == "residual" and fit.n_cells == 9
     lo, hi = fit.phi_ci
     assert lo < PAPER_LAW.phi < hi and hi - lo < 0.5
-    assert np.all(np.abs(fit.bootstrap[:, 5]) < 2.9)  # no resample ran phi to its bound (-3 or 3)
+    assert np.all(np.abs(fit.draws()["phi"]) < 2.9)  # no resample ran phi to its bound (-3 or 3)
 
 
 def test_residual_bootstrap_of_noise_free_runs_is_the_fit_itself():
     fit = fit_joint_law(paper_runs(**NINE_CELLS), n_starts=60, n_bootstrap=10, interval="residual")
-    np.testing.assert_allclose(fit.bootstrap[:, 5], PAPER_LAW.phi, atol=1e-3)
+    np.testing.assert_allclose(fit.draws()["phi"], PAPER_LAW.phi, atol=1e-3)
 
 
 def test_the_same_runs_in_another_order_give_the_same_interval():

@@ -41,8 +41,8 @@ def test_search_spec_follows_the_order(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv", [
     ["analyze", "--experiment", "sweep"], ["export", "--experiment", "sweep"], ["compare", "a", "b"],
-    ["ui", "--port", "0"],
-], ids=["analyze", "export", "compare", "ui"])
+    ["predict", "--experiment", "sweep", "--budget", "1e19", "--r", "1"], ["ui", "--port", "0"],
+], ids=["analyze", "export", "compare", "predict", "ui"])
 def test_reading_commands_use_the_environment_and_the_flag(tmp_path, monkeypatch, capsys, argv):
     """Each reading command names the store it looked in: the variable's, then the flag's over it."""
     monkeypatch.chdir(tmp_path)

@@ -1,0 +1,101 @@
+"""``loopscale predict``: the loss a run will reach at a budget C and recurrence r, the compute-optimal N and D
+there, and (with a width) the loss of that width's model at that budget, each with its interval.
+
+The point values come from ``allocation.allocation_table`` (the compute-optimal continuous model and the
+buildable one next to it); a given width trains for the whole optimizer steps its budget buys
+(``model.tokens_for_budget``) and its loss is the law's at its sizes (``sizes.SizeCurve``). The intervals come
+from ``intervals.spread_of``: a fit's bootstrap draws, or for the published law phi's interval alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loopscale.model import JointLaw, tokens_for_budget
+
+from . import numbers
+from .allocation import allocation_table
+from .fit_types import LawFit
+from .intervals import LawSpread, spread_of, with_intervals
+from .sizes import PAPER_BATCH_TOKENS, SizeCurve
+
+
+def check_requests(budgets: list[float], recurrences: list[int], width: int | None,
+                   template: dict[str, Any] | None, batch_tokens: int) -> None:
+    """A ValueError with one line when a (budget, r) cannot be answered: an r the template cannot loop, a width
+    that is not buildable, or a budget that buys no optimizer step (for the width, or for any width)."""
+    for r in recurrences:
+        curve = SizeCurve.from_model(r, template)
+        if width is not None and width % curve.head_dim:
+            raise ValueError(f"--width {width} is not buildable: widths are multiples of head_dim {curve.head_dim}")
+        for budget in budgets:
+            if tokens_for_budget(curve.config(width or curve.head_dim), budget, batch_tokens) == 0:
+                where = f"width {width}" if width else f"any buildable width (the narrowest is {curve.head_dim})"
+                raise ValueError(f"budget {numbers.flops(budget)} FLOPs buys no optimizer step of {batch_tokens} "
+                                 f"tokens at r={r} and {where}; use a larger budget")
+
+
+def predict(law: LawFit | JointLaw, budget: float, r: int, *, width: int | None = None,
+            template: dict[str, Any] | None = None, batch_tokens: int = PAPER_BATCH_TOKENS) -> dict[str, Any]:
+    """The compute-optimal model at (``budget``, ``r``) (the ``allocation_table`` row with its ``_lo``/``_hi``
+    intervals), plus for ``width`` (``asked_width``): ``width_tokens``, ``width_N`` and ``width_loss`` with
+    ``width_loss_lo``/``_hi``; and ``note``, where the intervals come from."""
+    check_requests([budget], [r], width, template, batch_tokens)
+    spread, note = spread_of(law)
+    row = with_intervals(allocation_table(law, [budget], [r], template=template, batch_tokens=batch_tokens),
+                         spread, template=template, batch_tokens=batch_tokens).iloc[0].to_dict()
+    row["note"] = note
+    if width is not None:
+        row.update(_at_width(law if isinstance(law, JointLaw) else law.law, spread, budget, r, width, template,
+                             batch_tokens))
+    return row
+
+
+def _at_width(law: JointLaw, spread: LawSpread | None, budget: float, r: int, width: int,
+              template: dict[str, Any] | None, batch_tokens: int) -> dict[str, float]:
+    curve = SizeCurve.from_model(r, template)
+    tokens = tokens_for_budget(curve.config(width), budget, batch_tokens)
+    sizes = curve.sizes(width)
+    out = {"asked_width": width, "width_tokens": tokens, "width_N": float(sizes["N"]),
+           "width_loss": float(law.loss(sizes["N_once"], sizes["N_rec"], r, tokens)),
+           "width_loss_lo": np.nan, "width_loss_hi": np.nan}
+    if spread is not None:
+        losses = spread.laws.loss(sizes["N_once"], sizes["N_rec"], r, tokens)[:, 0]
+        out["width_loss_lo"], out["width_loss_hi"] = map(float, spread.bounds(losses))
+    return out
+
+
+def prediction_lines(p: dict[str, Any], batch_tokens: int) -> list[str]:
+    """The prediction as lines of at most 120 columns, every number through analysis/numbers.py."""
+    def with_range(value: float, column: str, form) -> str:
+        span = numbers.span(p[f"{column}_lo"], p[f"{column}_hi"], form)
+        return form(value) + (f" ({span})" if span and span != form(value) else "")
+
+    lines = [f"budget {numbers.flops(p['budget_flops'])} FLOPs, r={int(p['r'])}; intervals: {p['note']}",
+             f"compute-optimal: N {with_range(p['N'], 'N', numbers.count)}, D "
+             f"{with_range(p['tokens'], 'tokens', numbers.count)} tokens, loss "
+             f"{with_range(p['loss'], 'loss', numbers.loss)} nats"]
+    if np.isfinite(p["width_built"]):
+        lines.append(f"buildable: width {int(p['width_built'])} ({int(p['heads_built'])} heads), N "
+                     f"{with_range(p['N_built'], 'N_built', numbers.count)}, D "
+                     f"{with_range(p['tokens_built'], 'tokens_built', numbers.count)} tokens, loss "
+                     f"{with_range(p['loss_built'], 'loss_built', numbers.loss)} nats")
+    if "width_loss" in p:
+        lines.append(f"width {p['asked_width']}: N {numbers.count(p['width_N'])}, D {numbers.count(p['width_tokens'])} "
+                     f"tokens (whole steps of {numbers.count(batch_tokens)}), loss "
+                     f"{with_range(p['width_loss'], 'width_loss', numbers.loss)} nats")
+    return [part for line in lines for part in _wrap(line)]
+
+
+def _wrap(line: str, width: int = 120) -> list[str]:
+    """A line cut at '; ' or ', ' into pieces of at most ``width`` columns, the later ones indented."""
+    pieces: list[str] = []
+    while len(line) > width:
+        cut = max(line.rfind("; ", 0, width), line.rfind(", ", 0, width))
+        if cut <= 0:
+            break
+        pieces.append(line[:cut + 1])
+        line = "  " + line[cut + 2:]
+    return pieces + [line]

@@ -1,0 +1,90 @@
+"""Any runs table a researcher has: the example tables (examples/runs_tables/make_tables.py, the ones the docs
+use) through analyze and export: a single-r study fits as the plain law and says phi is not applicable;
+--fix-phi holds phi; the analyze summary and allocation table carry intervals."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loopscale.analysis import load_runs
+from loopscale.analysis.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--n-starts", "60", "--n-bootstrap", "30"]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> dict[str, Path]:
+    spec = importlib.util.spec_from_file_location("make_tables", ROOT / "examples" / "runs_tables" / "make_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {path.stem: path for path in module.main(tmp_path_factory.mktemp("tables"))}
+
+
+def test_the_example_tables_are_valid_runs_tables(tables):
+    single, looped = load_runs(tables["single_r"]), load_runs(tables["looped"])
+    assert set(single["r"]) == {1} and set(looped["r"]) == {1, 2, 4}
+    assert (single["status"] == "ok").all() and (looped["status"] == "ok").all()
+
+
+def test_a_single_r_study_analyzes_as_the_plain_law(tables, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    assert main(["analyze", "--experiment", str(tables["single_r"]), "--out", str(out), *FAST]) == 0
+    printed = capsys.readouterr().out
+    assert "phi not applicable (one r, r=1: the plain law L = E + A N^-alpha + B D^-beta)" in printed
+    assert "gap to r=1" not in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["joint"]["phi_applicable"] is False and summary["joint"]["single_r"] == 1
+    allocation = pd.read_csv(out / "tables" / "allocation_buildable.csv")
+    assert (allocation["loss lo"] <= allocation["loss (nats)"]).all()
+    assert (allocation["loss (nats)"] <= allocation["loss hi"]).all()
+    assert (allocation["loss hi"] > allocation["loss lo"]).all()
+
+
+def test_the_summary_shows_each_constant_with_its_interval(tables, tmp_path, capsys):
+    assert main(["analyze", "--experiment", str(tables["looped"]), "--out", str(tmp_path / "a"), *FAST]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    constants = " ".join(line for line in printed.splitlines() if line.startswith("  "))
+    for name in ("E", "A", "alpha", "B", "beta"):
+        lo, hi = summary["joint"]["ci"][name]
+        assert f" {name} " in constants and lo < summary["joint"][name] < hi
+    assert "95% CI" in printed and all(len(line) <= 120 for line in printed.splitlines()[:6])
+
+
+def test_a_single_r_study_exports(tables, capsys):
+    assert main(["export", "--experiment", str(tables["single_r"]), "--budgets", "1e20", *FAST]) == 0
+    captured = capsys.readouterr()
+    assert "phi not applicable" in captured.err
+    assert {"loss lo", "loss hi"} <= set(pd.read_csv(io.StringIO(captured.out)).columns)
+
+
+@pytest.mark.parametrize("command", ["analyze", "export"])
+def test_fix_phi_holds_phi(tables, tmp_path, capsys, command):
+    out = tmp_path / ("analysis" if command == "analyze" else "alloc.csv")
+    assert main([command, "--experiment", str(tables["looped"]), "--fix-phi", "0.3", "--out", str(out), *FAST]) == 0
+    printed = capsys.readouterr()
+    assert "phi 0.3 (fixed)" in printed.out + printed.err
+    if command == "analyze":
+        joint = json.loads((out / "summary.json").read_text())["joint"]
+        assert joint["phi"] == 0.3 and joint["fixed_phi"] == 0.3 and joint["phi_applicable"]
+        assert {row["value"] for row in pd.read_csv(out / "tables" / "joint_constants.csv").to_dict("records")
+                if row["constant"] == "phi"} == {0.3}
+
+
+def test_fix_phi_must_be_a_number(tables, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", "--experiment", str(tables["looped"]), "--fix-phi", "half"])
+    assert exit_.value.code == 2 and "--fix-phi" in capsys.readouterr().err
+
+
+def test_compare_refuses_a_single_r_study_before_any_fit(tables, capsys):
+    assert main(["compare", str(tables["single_r"]), str(tables["looped"])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has runs of one r only (r=1): phi is not applicable" in err
