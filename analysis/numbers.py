@@ -4,15 +4,18 @@ tables. Machine-read outputs (CSV, JSON, MLflow values) keep full precision and 
 Rules: 3 significant figures; counts (parameters, tokens, steps) with a k/M/B/T suffix (51.6k, 8.21B); FLOPs in
 e-notation without a plus sign (2.15e19); losses to 3 decimals; durations in the largest units that keep them
 short (45 s, 3 min 20 s, 2.4 h); a range as ``low-high`` with the smaller end first, both in the same format.
+Every line a terminal shows fits ``COLUMNS``: longer prose wraps (``wrap``).
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Callable
 
 DIGITS = 3
 COUNT_SUFFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+COLUMNS = 120  # a terminal line; longer prose wraps, continued two spaces in
 
 
 def _missing(value: float | None) -> bool:
@@ -82,3 +85,16 @@ def span(low: float | None, high: float | None, form: Callable[[float], str] = s
     low, high = sorted((low, high))
     a, b = form(low), form(high)
     return a if a == b else f"{a}-{b}"
+
+
+def wrap(text: str) -> str:
+    """Every line of ``text`` within ``COLUMNS``: a longer one wrapped at spaces, its continuations indented two
+    spaces past its own indent."""
+    return "\n".join(part for line in text.split("\n") for part in _wrap_line(line))
+
+
+def _wrap_line(line: str) -> list[str]:
+    if len(line) <= COLUMNS:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, COLUMNS, subsequent_indent=indent, break_on_hyphens=False)

@@ -102,14 +102,14 @@ class Analysis:
                   + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
         gaps = s["gap_to_r1"]
         if gaps:
-            lines.append("gap to r=1 at the compute optimum (law, nats): "
-                         + ", ".join(f"r={r} {lo:.3f}-{hi:.3f}" for r, (lo, hi) in gaps.items()))
+            lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
+                         + ", ".join(f"r={r} {numbers.loss(lo)} to {numbers.loss(hi)}" for r, (lo, hi) in gaps.items()))
         if self.backtest is not None:
             lines.append(self.backtest.text())
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
         lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
-                     + ", ".join(f"{k} {v:.2g}" for k, v in spent["per_cell"].items()))
+                     + ", ".join(f"{k} {numbers.flops(v)}" for k, v in spent["per_cell"].items()))
         if s["cells_flagged"]:
             reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
             lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "
@@ -124,8 +124,8 @@ class Analysis:
             lines.append("compute-optimal models under the fitted law (buildable; every column: "
                          "tables/allocation):")
             lines.append(f"intervals: {spread_of(joint)[1]}")
-            lines.append(readable(buildable(self.allocation)).to_string(index=False))
-        return "\n".join(lines)
+            return numbers.wrap("\n".join(lines)) + "\n" + readable(buildable(self.allocation)).to_string(index=False)
+        return numbers.wrap("\n".join(lines))
 
     def write(self, out_dir: Path) -> list[Path]:
         """Write tables, figures and the summary as the folder ``out_dir``, which is replaced as a whole
@@ -237,7 +237,7 @@ def _phi_line(joint: LawFit) -> str:
             + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")
 
 
-def _constant_lines(joint: LawFit, width: int = 120) -> list[str]:
+def _constant_lines(joint: LawFit, width: int = numbers.COLUMNS) -> list[str]:
     """Each constant with its interval (``low-high``, analysis/numbers.py), as few lines within ``width`` as hold
     them."""
     parts = [f"{name} {numbers.sig(getattr(joint, name))}"

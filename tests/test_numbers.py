@@ -40,3 +40,13 @@ def test_missing_values_are_empty():
     for form in (numbers.sig, numbers.count, numbers.flops, numbers.loss, numbers.duration):
         assert form(None) == "" and form(math.nan) == ""
     assert numbers.span(1.0, math.nan) == ""
+
+
+def test_wrap_keeps_every_line_within_the_columns_and_indents_continuations():
+    long = "  backtest: " + " ".join(f"word{i}" for i in range(60))
+    wrapped = numbers.wrap(f"short\n{long}")
+    lines = wrapped.splitlines()
+    assert lines[0] == "short" and len(lines) > 2
+    assert max(len(line) for line in lines) <= numbers.COLUMNS
+    assert all(line.startswith("    word") for line in lines[2:])  # two spaces past the line's own indent
+    assert " ".join(wrapped.split()) == " ".join(f"short\n{long}".split())  # nothing lost or added

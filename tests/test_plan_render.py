@@ -10,7 +10,8 @@ import pytest
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.plan.flops import MFU, PEAK_FLOPS, flops_range
-from loopscale.search.plan.render import COLUMNS, render_plan
+from loopscale.analysis.numbers import COLUMNS
+from loopscale.search.plan.render import render_plan
 from loopscale.search.plan.walltime import Throughput
 
 STEPS = Throughput(flops_per_s=5e9, step_s=0.1, shape="s=1 r=1 width 8", device="cpu", setup_s=2.0, side_by_side=2)

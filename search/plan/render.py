@@ -1,11 +1,9 @@
 """What ``loopscale plan`` prints: its warnings first, the sweep's design, one line per cell (or with
 ``--widths`` each cell's table of widths), the FLOPs, the GPU time at a stated MFU when trials run on GPUs, the
 measured step time and the wall-time estimate by part, ending with the ETA. Every number goes through
-``analysis.numbers``, and every line fits ``COLUMNS``."""
+``analysis.numbers``, and every line fits ``numbers.COLUMNS``."""
 
 from __future__ import annotations
-
-import textwrap
 
 from loopscale import objectives
 from loopscale.analysis import numbers
@@ -14,17 +12,6 @@ from loopscale.model import account, iso_depth_template, tokens_for_budget
 from ..spec import Cell, SweepSpec
 from .flops import flops_estimate, gpu_hours_estimate
 from .walltime import Estimate, Throughput, cpus, estimate
-
-COLUMNS = 120  # a terminal line; longer prose wraps, continued two spaces in
-
-
-def fit(line: str) -> list[str]:
-    """``line`` wrapped to ``COLUMNS``, its continuations indented two spaces past its own indent."""
-    if len(line) <= COLUMNS:
-        return [line]
-    indent = " " * (len(line) - len(line.lstrip()) + 2)
-    return textwrap.wrap(line, COLUMNS, subsequent_indent=indent, break_on_hyphens=False)
-
 
 def _sizes(spec: SweepSpec, cell: Cell, s: float) -> tuple[int, int, int, int, int]:
     """(width, N_once, N_rec, N, D) of the cell's model at width s."""
@@ -152,7 +139,7 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = F
                      f"stepping at once, {numbers.duration(throughput.setup_s)} set-up per trial{compile_note} "
                      f"({throughput.device}, timed at {throughput.shape})")
     lines += render_estimate(spec, estimate(spec, throughput))
-    return "\n".join(wrapped for line in "\n".join(lines).split("\n") for wrapped in fit(line))
+    return numbers.wrap("\n".join(lines))
 
 
 def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
