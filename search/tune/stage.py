@@ -28,7 +28,7 @@ from .failures import failure_reason, is_disk_error
 from .receipts import Receipt, restore_receipts
 from .searcher import CellSearcher
 from .studies import METRIC, finite, make_studies, study_journal
-from .trial import log_unsaved, run_trial
+from .trial import drop_checkpoint, log_unsaved, run_trial
 
 SNAPSHOT_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # seconds between Tune's experiment-state snapshots
 
@@ -213,7 +213,11 @@ class Stage:
             reconcile.open()
             for result in grid:
                 _log_if_missing(reconcile, result, self.receipts)
-            missing = sorted(planned - reconcile.logged())
+            logged = reconcile.logged()
+        for result in grid:  # logged now or before (failed trials too): their checkpoints resume nothing
+            if result.config["meta"]["trial_key"] in logged:
+                drop_checkpoint(result)
+        missing = sorted(planned - logged)
         if missing:
             raise RuntimeError(f"{len(missing)} of {len(planned)} planned {stage} trials have no ended run in MLflow "
                                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); run "

@@ -137,7 +137,8 @@ def answered(trial_id: str) -> None:
 
 
 def drop_checkpoint(trial: Any) -> None:
-    """Remove a finished trial's checkpoint from storage: its run is logged, and nothing resumes it."""
+    """Remove the latest checkpoint of a trial (Tune's Trial or Result) from storage: its run is logged, and
+    nothing resumes it."""
     latest = trial.checkpoint
     if latest is not None:
         try:
