@@ -122,7 +122,8 @@ class CellGeometry:
     @classmethod
     def of(cls, spec: SweepSpec, cell: Cell) -> "CellGeometry":
         sizes = [account(spec.grid.model(s, cell.r)) for s in cell.widths]
-        tokens = [tokens_for_budget(spec.grid.model(s, cell.r), cell.budget, spec.grid.batch_tokens) for s in cell.widths]
+        tokens = [tokens_for_budget(spec.grid.model(s, cell.r), cell.budget,
+                                    spec.grid.batch_tokens) for s in cell.widths]
         heads = tuple(spec.grid.heads(s) for s in cell.widths)
         return cls(cell.key, cell.budget, cell.r, heads, np.log(np.array(cell.widths, float)),
                    np.array([p.N_once for p in sizes], float), np.array([p.N_rec for p in sizes], float),

@@ -1,8 +1,8 @@
 """The sweep spec: one TOML file that says what to search, how, and where to log it.
 
 ``SweepSpec.from_toml(path)`` reads and validates it; every mistake is ONE ``ValueError`` line, raised before
-anything is written or Ray starts. The cells it describes and the config of each trial are search/space.py's;
-the typed TOML access is search/toml_table.py's; the store check is analysis/store.py's.
+anything is written or Ray starts. Its parts, one per idea, are search/spec_parts.py's; the cells it describes are
+search/space.py's; the typed TOML access is search/toml_table.py's; the store check is analysis/store.py's.
 
 Layout (every key optional unless marked)::
 

@@ -223,7 +223,8 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
             "code_version": code_version(), "data_fingerprint": data_fingerprint}
     run = client.create_run(experiment_id, tags=tags, run_name=spec.name)
     summary = {"budgets": spec.grid.budgets, "recurrences": spec.grid.recurrences, "sampler": spec.sampling.sampler,
-               "trials_per_cell": spec.sampling.trials_per_cell, "planned_trials": spec.planned_trials(), "seed": spec.sampling.seed}
+               "trials_per_cell": spec.sampling.trials_per_cell, "planned_trials": spec.planned_trials(),
+               "seed": spec.sampling.seed}
     client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in summary.items()])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.toml"

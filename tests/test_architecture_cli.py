@@ -84,7 +84,8 @@ def test_set_names_the_architecture_as_it_names_any_key(workdir):
     shutil.copy(FIXTURE, workdir / "tiny_loop.py")
     plain = SweepSpec.from_toml(spec)
     named = SweepSpec.from_toml(spec, [f"template.architecture={workdir / 'tiny_loop.py'}:tiny_loop"])
-    assert named.grid.template["architecture"].endswith("tiny_loop.py:tiny_loop") and "architecture" not in plain.grid.template
+    assert named.grid.template["architecture"].endswith("tiny_loop.py:tiny_loop")
+    assert "architecture" not in plain.grid.template
     assert named.spec_hash != plain.spec_hash
     builtin = SweepSpec.from_toml(spec, ["template.architecture=loopscale:looped"])
     assert builtin.spec_hash == plain.spec_hash  # naming the default is not setting anything

@@ -233,7 +233,8 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
                       ("invalid", "the objective returned val_loss = nan with status ok"): 1}
     capsys.readouterr()
     out_dir = tmp_path / "analysis"
-    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out", str(out_dir),
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out",
+                 str(out_dir),
                  "--n-starts", "50", "--n-bootstrap", "0", "--no-log"]) == 0
     report = capsys.readouterr().out
     assert "16 runs, 13 used, 3 excluded" in report

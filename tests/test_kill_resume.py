@@ -246,7 +246,8 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
           f"({starts - len(planned)} cut short by the kills and restarted)")
 
     # the analysis equals that of the uninterrupted sweep
-    table, expected = load_runs(sweep.name, sweep.placement.tracking_uri), load_runs(reference.name, reference.placement.tracking_uri)
+    table, expected = load_runs(sweep.name, sweep.placement.tracking_uri), load_runs(reference.name,
+                                                                                     reference.placement.tracking_uri)
     pd.testing.assert_frame_equal(table[COMPARED], expected[COMPARED])
     options = FitOptions(n_starts=100, n_bootstrap=20)
     got, want = analyze(table, name="t", options=options), analyze(expected, name="t", options=options)

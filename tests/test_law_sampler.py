@@ -35,7 +35,8 @@ def spec(tmp_path_factory) -> SweepSpec:
     uri = f"sqlite:///{tmp_path_factory.mktemp('law')}/unused.db"
     paper = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=uri)
     assert paper.sampling.sampler == "law" and paper.sampling.branches
-    return dataclasses.replace(paper, grid=dataclasses.replace(paper.grid, budgets=tuple(BUDGETS)), sampling=dataclasses.replace(paper.sampling, branches=False))
+    return dataclasses.replace(paper, grid=dataclasses.replace(paper.grid, budgets=tuple(BUDGETS)),
+                               sampling=dataclasses.replace(paper.sampling, branches=False))
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,8 @@ def test_the_shipped_noise_is_correlated_within_cells_and_repeatable(spec):
         steps += [abs(a - b) for a, b in zip(deviation, deviation[1:])]
         sizes += [abs(d) for d in deviation]
     assert sum(steps) / len(steps) < 0.5 * sum(sizes) / len(sizes)
-    zero = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0, cell_noise=0.0, misspec=0.0))
+    zero = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0, cell_noise=0.0,
+                                                                    misspec=0.0))
     assert [simulate(zero.trial_config(cell, s))["val_loss"] for s in cell.widths] == pytest.approx(
         [clean_loss(spec, g, h) for h in g.heads])
 
@@ -327,7 +329,9 @@ def test_a_located_cell_takes_more_widths_only_while_they_pay_for_themselves_in_
 
 
 def test_a_sweep_with_information_spends_its_extra_trials_in_the_cheap_cells(spec):
-    plain = drive(CellTrials(make_studies(dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, information=0.0)), "search", None)))
+    plain = drive(CellTrials(make_studies(dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling,
+                                                                                                 information=0.0)),
+                                                                                                 "search", None)))
     informed_trials = drive(CellTrials(make_studies(spec, "search", None)))
     assert spec.sampling.information == 1.0  # the paper preset's
     assert informed_trials == drive(CellTrials(make_studies(spec, "search", None)))  # seeded, deterministic
@@ -369,7 +373,8 @@ def test_a_calibration_brackets_the_recipes_rate_before_its_model_takes_over(tmp
     better: its first trials are the rate, half of it and twice it (those inside [low, high])."""
     demo = SweepSpec.from_toml("demo", tracking_uri=f"sqlite:///{tmp_path}/unused.db")
     if base_lr is not None:
-        demo = dataclasses.replace(demo, training=dataclasses.replace(demo.training, recipe={**demo.training.recipe, "base_lr": base_lr}))
+        demo = dataclasses.replace(demo, training=dataclasses.replace(demo.training, recipe={**demo.training.recipe,
+                                                                                             "base_lr": base_lr}))
     cal, rate = demo.training.calibrate, demo.training.recipe["base_lr"]
     searcher = CellTrials(make_studies(demo, "calibrate", None))
     tried = [searcher.suggest(f"c{i}")["trial"]["recipe"][cal.param] for i in range(3)]

@@ -73,7 +73,8 @@ def test_a_paper_shaped_sweep_runs_end_to_end_and_is_analysed(tmp_path, monkeypa
     assert sweep.data.tags["data_fingerprint"].startswith("hub-T64-")
 
     out_dir = tmp_path / "analysis"
-    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out", str(out_dir),
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out",
+                 str(out_dir),
                  "--n-starts", "50", "--n-bootstrap", "20"]) == 0, capsys.readouterr().err
     summary = json.loads((out_dir / "summary.json").read_text())
     assert (summary["runs_total"], summary["runs_used"]) == (10, 8)  # the fit uses the search stage's trials

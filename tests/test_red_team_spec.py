@@ -55,4 +55,5 @@ def test_a_set_item_is_applied_whole_or_refused(workdir, capsys, item):  # noqa:
 def test_the_logged_spec_always_parses(workdir, items):  # noqa: F811
     spec = SweepSpec.from_toml(spec_file(workdir), items)
     logged = tomllib.loads(spec.text)
-    assert (logged["seed"], logged["name"], logged.get("address")) == (spec.sampling.seed, spec.name, spec.placement.address)
+    assert (logged["seed"], logged["name"], logged.get("address")) == (spec.sampling.seed, spec.name,
+                                                                       spec.placement.address)

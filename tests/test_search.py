@@ -169,7 +169,8 @@ def test_tiny_real_training_sweep(tmp_path):
     outcome = run_search(spec)
     runs = trial_runs(spec)
     assert len(runs) == spec.planned_trials() == 4
-    fingerprint = objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir, spec.training.val_tokens)
+    fingerprint = objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir,
+                                          spec.training.val_tokens)
     sane, absurd = sorted((r for r in runs if r.data.tags["stage"] == "calibrate"),
                           key=lambda r: float(r.data.params["recipe.head_lr"]))
     assert float(sane.data.params["recipe.head_lr"]) == pytest.approx(0.004)

@@ -65,7 +65,8 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
                 if r.info.status == "RUNNING" and r.info.lifecycle_stage == "active"]
     by_key = {r.data.tags["trial_key"]: r for r in active}
     assert by_key["search/a/1"].data.metrics["val_loss"] == 3.0  # kept from before the crash, not re-logged
-    history = MlflowClient(spec.placement.tracking_uri).get_metric_history(by_key["search/a/2"].info.run_id, "train_loss")
+    history = MlflowClient(spec.placement.tracking_uri).get_metric_history(by_key["search/a/2"].info.run_id,
+                                                                           "train_loss")
     assert [(m.step, m.value) for m in history] == [(5, 3.9)]  # the restarted trial's curve only
 
     # a key re-used for a different config (a stage restarted without Tune state) replaces its run

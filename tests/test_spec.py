@@ -96,7 +96,8 @@ def test_demo_preset_covers_what_the_demo_promises():
     # identifiability of the law: budgets over 4.5x from 3e11 (lower budgets sat at the narrowest width near a loss
     # plateau the law cannot follow: search/presets/demo.toml), warmdown branches at every smaller budget
     assert max(spec.grid.budgets) / min(spec.grid.budgets) >= 4.5 and min(spec.grid.budgets) >= 3e11
-    assert spec.training.recipe["schedule"] == "wsd" and spec.training.recipe["branch_budgets"] == sorted(spec.grid.budgets)[:-1]
+    assert spec.training.recipe["schedule"] == "wsd"
+    assert spec.training.recipe["branch_budgets"] == sorted(spec.grid.budgets)[:-1]
 
 
 def test_paper_preset_is_the_papers_design():
@@ -115,7 +116,8 @@ def test_paper_preset_is_the_papers_design():
     assert cheap / paper_grid_flops() < 0.01
     # as a training sweep it trains its own BPE of the template's vocabulary: no file anyone must supply
     train = SweepSpec.from_toml("paper")
-    assert train.training.data["tokenizer"] == "bpe" and train.training.data["tokenizer_vocab"] == train.grid.template["vocab_size"] == 32064
+    assert train.training.data["tokenizer"] == "bpe"
+    assert train.training.data["tokenizer_vocab"] == train.grid.template["vocab_size"] == 32064
     # warmdown branches (the paper's script has them) chosen by the law sampler, on the schedule they need
     assert train.sampling.sampler == "law" and train.sampling.branches and train.training.recipe["schedule"] == "wsd"
 
@@ -131,8 +133,8 @@ def test_cells_hold_whole_heads_that_train(tmp_path):
             assert config.width == 16 * s and tokens // spec.grid.batch_tokens >= 20
             assert 1 <= tokens / count_params(config).N <= 100
         # the first guess is the width whose D / N is nearest 20 tokens per parameter
-        tpp = {s: tokens_for_budget(spec.grid.model(s, cell.r), cell.budget, 512) / count_params(spec.grid.model(s, cell.r)).N
-               for s in cell.widths}
+        tpp = {s: tokens_for_budget(spec.grid.model(s, cell.r), cell.budget, 512)
+               / count_params(spec.grid.model(s, cell.r)).N for s in cell.widths}
         assert cell.first_guess == min(tpp, key=lambda s: abs(math.log(tpp[s] / 20)))
 
 

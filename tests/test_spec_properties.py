@@ -105,17 +105,22 @@ def spec_to_raw(spec: SweepSpec) -> dict[str, Any]:
     """The parsed spec written back as a spec dict (the round trip's other half)."""
     widths = {"s_min": spec.grid.s_min, "s_max": spec.grid.s_max,
               **({"tokens_per_param": list(spec.grid.tokens_per_param)} if spec.grid.tokens_per_param else {})}
-    resources = {"cpus": spec.placement.cpus_per_trial, "gpus": spec.placement.gpus_per_trial, "retries": spec.placement.retries,
+    resources = {"cpus": spec.placement.cpus_per_trial, "gpus": spec.placement.gpus_per_trial,
+                 "retries": spec.placement.retries,
                  "workers": spec.placement.workers,
                  **({"max_concurrent": spec.placement.max_concurrent} if spec.placement.max_concurrent else {})}
     return {
         "name": spec.name, "objective": spec.objective, "seed": spec.sampling.seed, "budgets": list(spec.grid.budgets),
-        "recurrences": list(spec.grid.recurrences), "seq_len": spec.grid.seq_len, "batch_tokens": spec.grid.batch_tokens,
-        "val_tokens": spec.training.val_tokens, "trials_per_cell": spec.sampling.trials_per_cell, "sampler": spec.sampling.sampler,
+        "recurrences": list(spec.grid.recurrences), "seq_len": spec.grid.seq_len,
+        "batch_tokens": spec.grid.batch_tokens,
+        "val_tokens": spec.training.val_tokens, "trials_per_cell": spec.sampling.trials_per_cell,
+        "sampler": spec.sampling.sampler,
         "min_steps": spec.grid.min_steps, "first_guess_tokens_per_param": spec.grid.first_guess_tokens_per_param,
-        "tracking_uri": spec.placement.tracking_uri, "storage": spec.placement.storage, "cache_dir": spec.placement.cache_dir,
+        "tracking_uri": spec.placement.tracking_uri, "storage": spec.placement.storage,
+        "cache_dir": spec.placement.cache_dir,
         "template": dict(spec.grid.template), "widths": widths,
-        "simulate": {"noise": spec.simulation.noise, **({"law": dict(spec.simulation.law)} if spec.simulation.law else {})},
+        "simulate": {"noise": spec.simulation.noise,
+                     **({"law": dict(spec.simulation.law)} if spec.simulation.law else {})},
         "resources": resources,
     }
 

@@ -60,8 +60,10 @@ def test_a_dict_written_before_trials_were_typed_reads_back_the_same(demo):
     its receipts and params."""
     cell = demo.cells()[0]
     old = {"budget_flops": cell.budget, "r": cell.r, "s": 2.0, "template": demo.grid.model_template(),
-           "batch_tokens": demo.grid.batch_tokens, "seed": demo.sampling.seed, "objective": "train", "data": demo.training.data,
-           "recipe": dict(demo.training.recipe), "device": "cpu", "num_threads": 1, "cache_dir": demo.placement.cache_dir,
+           "batch_tokens": demo.grid.batch_tokens, "seed": demo.sampling.seed, "objective": "train",
+           "data": demo.training.data,
+           "recipe": dict(demo.training.recipe), "device": "cpu", "num_threads": 1,
+           "cache_dir": demo.placement.cache_dir,
            "val_tokens": demo.training.val_tokens}
     trial = TrialConfig.from_params(old)
     assert trial == demo.trial_config(cell, 2.0) and trial.to_params() == old

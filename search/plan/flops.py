@@ -47,13 +47,18 @@ def flops_estimate(spec: SweepSpec) -> str:
     (analysis.flops)."""
     floor, cap = flops_range(spec)
     text = f"total: {numbers.flops(cap)} FLOPs (each trial spends at most its budget)"
-    if spec.sampling.sampler == "law":
-        below = "just below it" if spec.sampling.deferred_budgets == 1 else f"in the {spec.sampling.deferred_budgets} budgets below it"
-        least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
-                 "others (warmdown branches fill their brackets)") if spec.sampling.branches else "3 widths per cell at least"
+    sampling = spec.sampling
+    if sampling.sampler == "law":
+        deferred = sampling.deferred_budgets
+        below = "just below it" if deferred == 1 else f"in the {deferred} budgets below it"
+        least = "3 widths per cell at least"
+        if sampling.branches:
+            least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
+                     "others (warmdown branches fill their brackets)")
         text = (f"total: {numbers.span(floor, cap, numbers.flops)} FLOPs (the law sampler stops a cell once its optimum is located: "
                 f"{least}, trials_per_cell at most)")
-    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(), spec.grid.batch_tokens)
+    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(),
+                                     spec.grid.batch_tokens)
     if reference is not None:
         share = f"{cap / reference:.0%}" if floor == cap else f"{floor / reference:.0%} to {cap / reference:.0%}"
         text += f"; the paper's grid of 116 runs spent {numbers.flops(reference)} ({share} of it here)"

@@ -120,7 +120,8 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = F
         f"{len(spec.grid.budgets)} budgets x {len(spec.grid.recurrences)} recurrences = {len(spec.cells())} cells, "
         f"{spec.planned_trials()} trials",
         f"template: depth {t['depth']} (prelude {t['prelude']}, coda {t['coda']}), "
-        f"width = {spec.grid.width_unit} s in heads of {spec.grid.head_dim}, seq_len {spec.grid.seq_len}, vocab {t['vocab_size']}, "
+        f"width = {spec.grid.width_unit} s in heads of {spec.grid.head_dim}, seq_len {spec.grid.seq_len}, "
+        f"vocab {t['vocab_size']}, "
         f"injection {t['injection']}; batch {numbers.count(spec.grid.batch_tokens)} tokens",
     ]
     if spec.objective == "train" or spec.training.calibrate is not None:

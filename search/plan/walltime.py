@@ -183,7 +183,8 @@ def _branches(spec: SweepSpec, cell: Cell, s: float) -> list[dict]:
     recipe's, and with ``branches = true`` every smaller budget of the sweep the law sampler may choose."""
     config = spec.grid.model(s, cell.r)
     recipe = objectives.normalize_recipe(spec.training.recipe)
-    budgets = sorted({*recipe["branch_budgets"], *(spec.grid.budgets if spec.sampling.branches and cell.stage == "search" else ())})
+    budgets = sorted({*recipe["branch_budgets"],
+                      *(spec.grid.budgets if spec.sampling.branches and cell.stage == "search" else ())})
     steps = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens) // spec.grid.batch_tokens
     return branch_plan(budgets, recipe["warmdown_frac"], config, cell.budget, steps, spec.grid.batch_tokens)
 

@@ -85,8 +85,8 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
             if find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
                 print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
                 return SweepOutcome(spec, {}, already_complete=True)
-            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow {redact(spec.placement.tracking_uri)} holds "
-                    "none of its runs")
+            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow "
+                    f"{redact(spec.placement.tracking_uri)} holds none of its runs")
             if not resume:
                 raise ValueError(f"{lost}; pass --resume to log them there again from the trials' receipts")
             # the stages restore with every trial finished and log each from its receipt; until that is done
@@ -106,7 +106,8 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
     fingerprint = _prepare_data(spec)
     started_ray = start_ray(spec, verbose)
     try:
-        check_trials_fit(spec, can_grow=not started_ray or bool(spec.placement.address or os.environ.get("RAY_ADDRESS")))
+        check_trials_fit(spec,
+                         can_grow=not started_ray or bool(spec.placement.address or os.environ.get("RAY_ADDRESS")))
         fresh = saved is None
         saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
         state.save(saved)  # first: a crash from here on is resumable
@@ -166,7 +167,8 @@ def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, A
     spent = [(r["cell"], r["stage"], float(r.get("flops_spent", 0.0))) for s in stages.values() for r in s.results
              if finite(r.get("flops_spent"))]
     per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}
-    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(), spec.grid.batch_tokens)
+    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(),
+                                     spec.grid.batch_tokens)
     return {"total": sum(f for _, _, f in spent), "per_cell": per_cell, "paper_grid": reference}
 
 
@@ -174,5 +176,6 @@ def _prepare_data(spec: SweepSpec) -> str:
     """Tokenise and cache the data once on the driver (trials only read the cache); its fingerprint."""
     if spec.objective == "simulate" and spec.training.calibrate is None:
         return "simulated"
-    return objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir, spec.training.val_tokens)
+    return objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir,
+                                   spec.training.val_tokens)
 

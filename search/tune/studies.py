@@ -96,7 +96,8 @@ JOURNAL_FILE = "optuna.journal"
 
 def study_journal(spec: SweepSpec) -> str | None:
     """The sweep's Optuna journal file; None on object storage (Optuna's journal file needs a local path)."""
-    return None if "://" in spec.placement.storage else f"{spec.placement.storage.rstrip('/')}/{spec.name}/{JOURNAL_FILE}"
+    storage = spec.placement.storage
+    return None if "://" in storage else f"{storage.rstrip('/')}/{spec.name}/{JOURNAL_FILE}"
 
 
 @functools.cache  # one per file and process: each storage replays the whole journal
@@ -159,7 +160,8 @@ class CellStudy:
             grid = [{"heads": self.heads[round(i)]} for i in space.spread(len(self.heads), cell.n_trials)]
             guess = [{"heads": spec.grid.heads(cell.first_guess)}]
         seed = cell_seed(spec.sampling.seed, cell.stage, cell.key)
-        sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampling.sampler, seed)
+        sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampling.sampler,
+                                                                                             seed)
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         # the grid is the queue itself; GP and TPE start from a first guess; random search stays random; the law
         # sampler makes its own first guess
@@ -253,7 +255,8 @@ def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
     surrogate = None
     if spec.sampling.sampler == "law" and stage == "search":
         surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.sampling.seed,
-                                 tolerance=spec.sampling.tolerance, branches=spec.sampling.branches, information=spec.sampling.information,
+                                 tolerance=spec.sampling.tolerance, branches=spec.sampling.branches,
+                                 information=spec.sampling.information,
                                  deferred=spec.sampling.deferred_budgets)
     return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 

@@ -104,7 +104,8 @@ def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, l
     blocker = filler = None
     if driver.process.poll() is None:
         if kind == "store":
-            blocker = sqlite3.connect(spec.placement.tracking_uri.removeprefix("sqlite:///"), isolation_level=None, timeout=60)
+            blocker = sqlite3.connect(spec.placement.tracking_uri.removeprefix("sqlite:///"), isolation_level=None,
+                                      timeout=60)
             blocker.execute("BEGIN EXCLUSIVE")
         elif kind == "disk-full":
             filler = fill_to_zero(Path(spec.placement.storage).parent)

@@ -183,7 +183,9 @@ def main() -> None:
           f"{designs.sd_phi(grid, cell_noise=0.0, misspec=0.0):.4f}, cell offsets alone "
           f"{designs.sd_phi(grid, noise=0.0, misspec=0.0):.4f}, smooth deviation alone "
           f"{designs.sd_phi(grid, noise=0.0, cell_noise=0.0):.4f}", flush=True)
-    phis = [ols_phi(quality.sweep("paper grid", dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed)), args.workers))
+    phis = [ols_phi(quality.sweep("paper grid", dataclasses.replace(base, sampling=dataclasses.replace(base.sampling,
+                                                                                                       seed=seed)),
+                                                                                                       args.workers))
             for seed in range(args.check_seeds)]
     rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
     print(f"   {args.check_seeds} simulated grid sweeps, least-squares fit: phi RMSE {rmse:.4f} "
@@ -196,7 +198,8 @@ def main() -> None:
                                ("law, information = 0", 0.0)):
         sds, shares = [], []
         for seed in range(args.seeds):
-            spec = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed, information=information))
+            spec = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed,
+                                                                          information=information))
             runs = quality.sweep("law+branches", spec, args.workers)
             # a point's run is its trial's (budget, r, s): a branch point names its trial by run_id
             trial = {row.run_id: (row.budget_flops, int(row.r), float(row.s)) for row in runs.itertuples()}
@@ -239,9 +242,10 @@ def main() -> None:
 
     print(f"4. the bracket-rule bounds fitted like `loopscale analyze` (point estimate), {args.fit_seeds} seeds, paired "
           f"with the grid\n   {'design':<16} {'phi RMSE':>8} {'ratio to the grid (95% CI)':>27} {'|err|<=0.03':>11}")
-    errors = {label: np.array([fit_joint_law(simulated_runs(dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed)), points),
-                                             n_starts=100, n_bootstrap=0).phi - PAPER_LAW.phi
-                               for seed in range(args.fit_seeds)])
+    seeded = [dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed))
+              for seed in range(args.fit_seeds)]
+    errors = {label: np.array([fit_joint_law(simulated_runs(spec, points), n_starts=100, n_bootstrap=0).phi
+                               - PAPER_LAW.phi for spec in seeded])
               for label, points in {"paper grid": grid, **bounds}.items()}
     for label, err in errors.items():
         ratio, (low, high) = quality.rmse_ratio(err, errors["paper grid"])

@@ -91,7 +91,8 @@ def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
 
 def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
     """(s*, L*) without the per-trial noise (the cell's offset and curve stay) over every allowed width."""
-    quiet = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0), grid=dataclasses.replace(spec.grid, tokens_per_param=None))
+    quiet = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0),
+                                grid=dataclasses.replace(spec.grid, tokens_per_param=None))
     allowed = search_cell(quiet.grid, quiet.sampling.trials_per_cell, cell.budget, cell.r).widths
     return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
@@ -206,11 +207,13 @@ def main() -> None:
     floor = bracket_floor(base)
     warmdowns = branch_warmdowns(base)
     cells_at = Counter(c.budget for c in base.cells())  # cells per budget (every seed has the same cells)
-    print(f"paper replay: {len(base.cells())} cells, noise {base.simulation.noise} / cell {base.simulation.cell_noise} / misspec "
-          f"{base.simulation.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
+    sim, sampling = base.simulation, base.sampling
+    print(f"paper replay: {len(base.cells())} cells, noise {sim.noise} / cell {sim.cell_noise} / misspec "
+          f"{sim.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
           f"{args.workers} workers; paper grid {reference:.3g} FLOPs; "
-          f"law preset: cap {base.sampling.trials_per_cell} trials per cell, tolerance {base.sampling.tolerance} (log width); the "
-          f"bracket rule's floor (3 trials in each r's largest cell, none in the {base.sampling.deferred_budgets} budget(s) "
+          f"law preset: cap {sampling.trials_per_cell} trials per cell, tolerance {sampling.tolerance} (log width); "
+          "the "
+          f"bracket rule's floor (3 trials in each r's largest cell, none in the {sampling.deferred_budgets} budget(s) "
           f"just below it while a cheaper one remains, 1 elsewhere, branches "
           f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
           f"of the branch points that bracket the other cells")
@@ -261,7 +264,8 @@ def main() -> None:
               f"{time.perf_counter() - started:.0f} s", flush=True)
         if args.by_budget:
             # the bracket rule's fewest trials, for the law sampler with or without branches as this method runs it
-            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"), deferred=base.sampling.deferred_budgets)
+            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"),
+                                   deferred=base.sampling.deferred_budgets)
             rule = {c.budget: fewest[c.key] for c in base.cells()}  # the same for every r of a budget here
             for budget in sorted(by_budget, reverse=True):
                 share, per_cell = np.mean(by_budget[budget], axis=0)
