@@ -33,22 +33,22 @@ INIT_SLACK = 1.0  # nats above log V
 def check_architecture(spec: SweepSpec) -> tuple[list[str], list[str]]:
     """(report lines, problems) for the spec's architecture; a failure to build or measure raises its one
     ValueError line."""
-    name = spec.model(spec.s_min, spec.recurrences[0]).architecture
+    name = spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).architecture
     report = [f"architecture {name}", f"  {'r':>2} {'width':>6} {'N_once':>12} {'N_rec':>12} {'N_embed':>12} "
                                       f"{'FLOPs/token':>12}"]
-    for r in spec.recurrences:
-        for s in sorted({spec.s_min, spec.s_max}):
-            config = spec.model(s, r)
+    for r in spec.grid.recurrences:
+        for s in sorted({spec.grid.s_min, spec.grid.s_max}):
+            config = spec.grid.model(s, r)
             a = account(config)
             report.append(f"  {r:>2} {config.width:>6} {a.N_once:>12,} {a.N_rec:>12,} {a.N_embed:>12,} "
                           f"{numbers.flops(a.flops_per_token):>12}")
-    config = spec.model(spec.s_min, min(spec.recurrences))
+    config = spec.grid.model(spec.grid.s_min, min(spec.grid.recurrences))
     problems: list[str] = []
     tokens = torch.randint(0, config.vocab_size, (ROWS, min(config.seq_len, TOKENS) + 1),
-                           generator=torch.Generator().manual_seed(spec.seed))
+                           generator=torch.Generator().manual_seed(spec.sampling.seed))
     idx, targets = tokens[:, :-1], tokens[:, 1:]
-    model, first = _loss_at_init(config, spec.seed, idx, targets)
-    _, again = _loss_at_init(config, spec.seed, idx, targets)
+    model, first = _loss_at_init(config, spec.sampling.seed, idx, targets)
+    _, again = _loss_at_init(config, spec.sampling.seed, idx, targets)
     log_v = math.log(config.vocab_size)
     report.append(f"  loss at init {first.item():.4f} nats, log V = {log_v:.4f} (width {config.width}, "
                   f"r={config.r})")

@@ -66,12 +66,12 @@ def _plan(args: argparse.Namespace) -> int:
     from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
-    if not spec.model(spec.s_min, spec.recurrences[0]).builtin:  # a new architecture: its contract first
+    if not spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).builtin:  # a new architecture: its contract first
         from .check_arch import check_architecture
 
         if _problems(check_architecture(spec)[1]):
             return 2
-    trains = spec.objective == "train" or spec.calibrate is not None
+    trains = spec.objective == "train" or spec.training.calibrate is not None
     print(render_plan(spec, measure_throughput(spec) if trains else None, widths=args.widths))
     return 0
 
@@ -122,15 +122,15 @@ def _tokenizer(args: argparse.Namespace) -> int:
     from .spec import SweepSpec
 
     spec = SweepSpec.from_toml(args.spec)
-    if spec.objective == "simulate" and spec.calibrate is None:
+    if spec.objective == "simulate" and spec.training.calibrate is None:
         raise ValueError(f"{spec.name}: objective 'simulate' reads no data, so it needs no tokenizer")
-    data = spec.data
+    data = spec.training.data
     name = data.get("tokenizer", "bytes")
     if name != "bpe":
         vocab = objectives.vocab_size_of(data)
         print(f"tokenizer {name!r}: {vocab:,} tokens; nothing to train (tokenizer = \"bpe\" trains one)")
         return 0
-    trained = objectives.train_bpe(data, spec.cache_dir)
+    trained = objectives.train_bpe(data, spec.placement.cache_dir)
     how = f"trained in {trained.seconds:.1f} s" if trained.seconds else "cached"
     print(f"byte-level BPE, {trained.vocab_size:,} tokens (asked for {data['tokenizer_vocab']:,}), {how}, on "
           f"{trained.train_chars:,} characters of data source {data.get('source', 'kjv')!r}: {trained.path}")

@@ -21,8 +21,8 @@ def run_demo(tracking_uri: str | None = None, verbose: bool = False) -> int:
     spec = SweepSpec.from_toml("demo", tracking_uri=tracking_uri)
     run_search(spec, resume=True, verbose=verbose)
 
-    out = analyze_experiment(spec.name, spec.tracking_uri)  # its summary ends with the buildable models
+    out = analyze_experiment(spec.name, spec.placement.tracking_uri)  # its summary ends with the buildable models
     print(f"\ntables: {out / 'tables'}\nplots:  {out / 'plots'}\n"
           f"browse every run and the analysis in the MLflow UI: loopscale ui --experiment {spec.name}"
-          + ("" if tracking_uri is None else f" --tracking-uri {redact(spec.tracking_uri)}"))
+          + ("" if tracking_uri is None else f" --tracking-uri {redact(spec.placement.tracking_uri)}"))
     return 0

@@ -91,7 +91,6 @@ from loopscale.analysis.fit_problem import FitData
 from loopscale.analysis.options import DEFAULT_BOUNDS, THETA
 from loopscale.model import account, tokens_for_budget
 
-from . import space
 from .spec import Cell, SweepSpec
 
 MIN_RUNS = 8            # runs before the law is fitted (6 parameters, a few degrees of freedom to spare)
@@ -122,12 +121,13 @@ class CellGeometry:
 
     @classmethod
     def of(cls, spec: SweepSpec, cell: Cell) -> "CellGeometry":
-        sizes = [account(spec.model(s, cell.r)) for s in cell.widths]
-        tokens = [tokens_for_budget(spec.model(s, cell.r), cell.budget, spec.batch_tokens) for s in cell.widths]
-        heads = tuple(space.heads(s, spec) for s in cell.widths)
+        sizes = [account(spec.grid.model(s, cell.r)) for s in cell.widths]
+        tokens = [tokens_for_budget(spec.grid.model(s, cell.r), cell.budget,
+                                    spec.grid.batch_tokens) for s in cell.widths]
+        heads = tuple(spec.grid.heads(s) for s in cell.widths)
         return cls(cell.key, cell.budget, cell.r, heads, np.log(np.array(cell.widths, float)),
                    np.array([p.N_once for p in sizes], float), np.array([p.N_rec for p in sizes], float),
-                   np.array(tokens, float), space.heads(cell.first_guess, spec))
+                   np.array(tokens, float), spec.grid.heads(cell.first_guess))
 
     def index(self, heads: int) -> int:
         return self.heads.index(heads)

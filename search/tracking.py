@@ -201,29 +201,30 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
 
     Run on the driver before any trial starts, so no trial races to create the schema (mlflow#4123).
     """
-    mlflow.set_tracking_uri(spec.tracking_uri)  # the trial logger resolves the store through it
+    mlflow.set_tracking_uri(spec.placement.tracking_uri)  # the trial logger resolves the store through it
     # MLflow prints every ended run's URL to stdout, a password in the URI included, and fetches the run again
     # to do so (one more request per trial); the progress lines already say where the runs are.
     os.environ.setdefault(SUPPRESS_URLS, "true")
-    ready_store(spec.tracking_uri)
-    client = MlflowClient(spec.tracking_uri)
+    ready_store(spec.placement.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     if experiment is None:
         location = None
-        if sqlite_path(spec.tracking_uri) is not None:
-            location = (sqlite_path(spec.tracking_uri).resolve().parent / "artifacts").as_uri()
+        if sqlite_path(spec.placement.tracking_uri) is not None:
+            location = (sqlite_path(spec.placement.tracking_uri).resolve().parent / "artifacts").as_uri()
         experiment_id = client.create_experiment(spec.name, artifact_location=location, tags=experiment_tags(spec))
     else:
         experiment_id = experiment.experiment_id
-    parent = find_parent_run(spec.tracking_uri, spec.name)
+    parent = find_parent_run(spec.placement.tracking_uri, spec.name)
     if parent is not None:
         client.update_run(parent.info.run_id, status="RUNNING")
         return experiment_id, parent.info.run_id
     tags = {KIND_TAG: "sweep", "sweep": spec.name, "objective": spec.objective, "spec_hash": spec.spec_hash,
             "code_version": code_version(), "data_fingerprint": data_fingerprint}
     run = client.create_run(experiment_id, tags=tags, run_name=spec.name)
-    summary = {"budgets": spec.budgets, "recurrences": spec.recurrences, "sampler": spec.sampler,
-               "trials_per_cell": spec.trials_per_cell, "planned_trials": spec.planned_trials(), "seed": spec.seed}
+    summary = {"budgets": spec.grid.budgets, "recurrences": spec.grid.recurrences, "sampler": spec.sampling.sampler,
+               "trials_per_cell": spec.sampling.trials_per_cell, "planned_trials": spec.planned_trials(),
+               "seed": spec.sampling.seed}
     client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in summary.items()])
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spec.toml"

@@ -50,7 +50,7 @@ def test_check_arch_reports_counts_per_r_and_passes_a_good_architecture(workdir,
     assert main(["check-arch", str(spec)]) == 0
     out = capsys.readouterr().out
     loaded = SweepSpec.from_toml(spec)
-    assert loaded.template["architecture"] == f"{workdir / 'tiny_loop.py'}:tiny_loop"  # made absolute
+    assert loaded.grid.template["architecture"] == f"{workdir / 'tiny_loop.py'}:tiny_loop"  # made absolute
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [(int(r[0]), int(r[1])) for r in rows] == [(1, 16), (1, 64), (2, 16), (2, 64)]
     looped = [r for r in rows if r[0] == "2"]
@@ -84,12 +84,13 @@ def test_set_names_the_architecture_as_it_names_any_key(workdir):
     shutil.copy(FIXTURE, workdir / "tiny_loop.py")
     plain = SweepSpec.from_toml(spec)
     named = SweepSpec.from_toml(spec, [f"template.architecture={workdir / 'tiny_loop.py'}:tiny_loop"])
-    assert named.template["architecture"].endswith("tiny_loop.py:tiny_loop") and "architecture" not in plain.template
+    assert named.grid.template["architecture"].endswith("tiny_loop.py:tiny_loop")
+    assert "architecture" not in plain.grid.template
     assert named.spec_hash != plain.spec_hash
     builtin = SweepSpec.from_toml(spec, ["template.architecture=loopscale:looped"])
     assert builtin.spec_hash == plain.spec_hash  # naming the default is not setting anything
     trial = named.trial_config(named.cells()[0], named.cells()[0].widths[0])
-    assert trial.model_config.architecture == named.template["architecture"]
+    assert trial.model_config.architecture == named.grid.template["architecture"]
     assert SweepSpec.from_toml(spec, [f"template.architecture={workdir / 'tiny_loop.py'}:tiny_loop",
                                       "template.options.adapters=2"]).spec_hash != named.spec_hash
 

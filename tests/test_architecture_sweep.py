@@ -39,25 +39,25 @@ def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, 
     path = _spec(tmp_path, **shapes)
     spec = SweepSpec.from_toml(path)
     assert main(["search", str(path)]) == 0
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     runs = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'")
     assert len(runs) == spec.planned_trials() >= 10
     for run in runs:
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
         r, s = int(run.data.metrics["r"]), float(run.data.metrics["s"])
-        counts = account(spec.model(s, r))
+        counts = account(spec.grid.model(s, r))
         assert run.data.params["template.architecture"].endswith("tiny_loop.py:tiny_loop")
         assert run.data.metrics["N_once"] == counts.N_once and run.data.metrics["N_rec"] == counts.N_rec
         assert run.data.metrics["flops_per_token"] == counts.flops_per_token
         assert (counts.N_rec > 0) == (r > 1)
     out = tmp_path / "analysis"
-    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out),
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out", str(out),
                  *FAST]) == 0
     assert (out / "tables" / "excluded_runs.csv").exists()
     capsys.readouterr()
     # export sizes models of the architecture, rebuilt from its runs' params with its options
-    assert main(["export", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--budgets", "8e9",
+    assert main(["export", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--budgets", "8e9",
                  "--r", "2", *FAST]) == 0
     rows = capsys.readouterr().out.strip().splitlines()
     assert rows[0].startswith("budget (FLOPs),r,width") and rows[1].startswith("8000000000.0,2,")
@@ -65,7 +65,7 @@ def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, 
     # the built-in on the same shapes, then Delta-phi between the two
     builtin = write_spec(tmp_path, "builtin.toml", name="builtin", **shapes)
     assert main(["search", str(builtin)]) == 0
-    assert main(["compare", "builtin", spec.name, "--tracking-uri", spec.tracking_uri, *FAST]) == 0
+    assert main(["compare", "builtin", spec.name, "--tracking-uri", spec.placement.tracking_uri, *FAST]) == 0
     printed = capsys.readouterr().out
     assert "Delta-phi (B - A) = " in printed and f"{spec.name}: phi = " in printed and "builtin: phi = " in printed
 

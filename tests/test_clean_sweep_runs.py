@@ -83,7 +83,7 @@ def test_a_clean_sweep_keeps_every_streamed_run(tmp_path: Path):
     finally:
         ray.shutdown()
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     query = "tags.`loopscale.kind` = 'trial'"
     assert client.search_runs([experiment.experiment_id], query, run_view_type=ViewType.DELETED_ONLY) == []

@@ -152,11 +152,11 @@ def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(t
     finally:
         ray.shutdown()
     assert main(["search", str(path), "--address", cluster.address]) == 0
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id],
                               "tags.`loopscale.kind` = 'trial'")
     assert len(runs) == spec.planned_trials() == 2
     for run in runs:
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
         assert run.data.tags["node"] == worker["NodeID"]
-        assert run.data.metrics["N_once"] == account(spec.model(float(run.data.metrics["s"]), 2)).N_once
+        assert run.data.metrics["N_once"] == account(spec.grid.model(float(run.data.metrics["s"]), 2)).N_once

@@ -73,7 +73,7 @@ def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus, tes
         peak = max(peak, running)
     assert peak == WRITERS and len(events) == 2 * spec.planned_trials() == 32
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     runs = client.search_runs([experiment.experiment_id], QUERY, max_results=1000)
     assert len(runs) == 16 and len({r.data.tags["trial_key"] for r in runs}) == 16

@@ -73,7 +73,7 @@ def test_a_trial_spans_two_ray_nodes(tmp_path, cluster, capsys):  # noqa: F811 (
     run, curve = trial_run(uri, "spread")
     assert run.data.tags["status"] == "ok" and len(curve) >= 6
     assert set(run.data.tags["node"].split(",")) == {w.node_id for w in workers}
-    assert SweepSpec.from_toml(path).workers == 2
+    assert SweepSpec.from_toml(path).placement.workers == 2
 
 
 @pytest.mark.integration

@@ -184,7 +184,7 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
 
     outcome_of_search = run_search(spec)  # the sweep finishes despite the faults
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     every = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'", max_results=1000,
                                run_view_type=ViewType.ALL)
@@ -226,14 +226,15 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
     assert sum(n for (event, *_), n in events.items() if event == "start") == 16 + 2 * RETRIES + 1
 
     # the analysis counts and excludes them with the reasons
-    table = load_runs(spec.name, spec.tracking_uri)
+    table = load_runs(spec.name, spec.placement.tracking_uri)
     assert len(table) == 16 and (table["status"] == "ok").sum() == 13
     counts = {(row.status, row.reason.split(":")[0]): row.count for row in exclusions(table).itertuples()}
     assert counts == {("failed", "RuntimeError"): 1, ("failed", "worker process died"): 1,
                       ("invalid", "the objective returned val_loss = nan with status ok"): 1}
     capsys.readouterr()
     out_dir = tmp_path / "analysis"
-    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out_dir),
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out",
+                 str(out_dir),
                  "--n-starts", "50", "--n-bootstrap", "0", "--no-log"]) == 0
     report = capsys.readouterr().out
     assert "16 runs, 13 used, 3 excluded" in report

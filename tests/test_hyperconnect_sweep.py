@@ -32,18 +32,18 @@ def test_baseline_and_hyperconnect_sweeps_compare(tmp_path, capsys):
     base = SweepSpec.from_toml(write_spec(tmp_path, "base.toml", name="base", **common))
     hyper = SweepSpec.from_toml(write_spec(tmp_path, "hyper.toml", name="hyper", **common,
                                            template={"injection": "hyperconnect", "lanes": 2}))
-    assert base.tracking_uri == hyper.tracking_uri
+    assert base.placement.tracking_uri == hyper.placement.tracking_uri
     run_search(base)
     run_search(hyper)
     runs = trial_runs(hyper)
     assert len(runs) == hyper.planned_trials()
     for run in runs:  # the lane weights are in N_rec, exactly as the accounting counts them
         s, r = float(run.data.params["s"]), int(run.data.tags["r"])
-        config = hyper.model(s, r)
+        config = hyper.grid.model(s, r)
         assert config.injection == ("hyperconnect" if r > 1 else "none")
         assert run.data.metrics["N_rec"] == count_params(config).N_rec
         assert run.data.params["template.lanes"] == "2"
-    assert analysis_main(["compare", "base", "hyper", "--tracking-uri", base.tracking_uri,
+    assert analysis_main(["compare", "base", "hyper", "--tracking-uri", base.placement.tracking_uri,
                           "--n-starts", "40", "--n-bootstrap", "40"]) == 0
     out = capsys.readouterr().out
     assert "Delta-phi (B - A) = " in out and "base: phi = " in out and "hyper: phi = " in out

@@ -71,7 +71,7 @@ def finished_runs(spec: SweepSpec) -> dict[str, str]:
 
 
 def state_of(spec: SweepSpec) -> dict:
-    return json.loads((Path(spec.storage) / spec.name / "sweep.json").read_text())
+    return json.loads((Path(spec.placement.storage) / spec.name / "sweep.json").read_text())
 
 
 def run_identity(run) -> tuple[str, float]:
@@ -276,7 +276,7 @@ def test_a_store_that_refuses_writes_stops_the_sweep_in_one_line_and_resume_logs
     """Another program holds the sqlite store's write lock (BEGIN EXCLUSIVE) past MLflow's 20 s busy timeout."""
     spec = small_sweep(tmp_path / "sweep")
     driver = running(spec, ray_dir)
-    blocker = sqlite3.connect(spec.tracking_uri.removeprefix("sqlite:///"), isolation_level=None)
+    blocker = sqlite3.connect(spec.placement.tracking_uri.removeprefix("sqlite:///"), isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         code, out = run_to_end(driver, timeout_s=180)
@@ -285,7 +285,7 @@ def test_a_store_that_refuses_writes_stops_the_sweep_in_one_line_and_resume_logs
         blocker.close()
 
     held = stopped_cleanly(spec, code, out, 1, "MLflow store", "database is locked", "--resume")
-    receipts = list((Path(spec.storage) / spec.name / "search" / "receipts").iterdir())
+    receipts = list((Path(spec.placement.storage) / spec.name / "search" / "receipts").iterdir())
     assert len(receipts) > len(held)  # trials that finished while the store was locked: only their receipts
     resume_and_check_each_trial_once(spec, ray_dir, held)
 
@@ -333,7 +333,7 @@ def test_a_full_disk_is_refused_before_anything_starts(tmp_path, small_disk, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Tune storage" in err and "MiB free" in err, err
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # nothing written there
-    assert not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists()
+    assert not Path(spec.placement.tracking_uri.removeprefix("sqlite:///")).exists()
 
 
 @pytest.mark.slow
@@ -359,7 +359,7 @@ def fill_to_zero(disk: Path) -> Path:
 
 
 def stage_folder(spec: SweepSpec) -> Path:
-    return Path(spec.storage) / spec.name / "search"
+    return Path(spec.placement.storage) / spec.name / "search"
 
 
 @pytest.mark.slow
@@ -467,7 +467,7 @@ def test_a_second_driver_of_a_running_sweep_exits_2_naming_the_first(tmp_path, r
     code, out = run_to_end(first)
     assert code == 0, out[-3000:]
     assert sorted(r.data.tags["trial_key"] for r in trial_runs(spec)) == planned(spec)  # each once, not twice
-    assert not (Path(spec.storage) / spec.name / LOCK_FILE).exists()  # released
+    assert not (Path(spec.placement.storage) / spec.name / LOCK_FILE).exists()  # released
 
 
 def test_a_lock_left_by_a_dead_driver_is_broken_and_a_live_one_is_not(tmp_path):

@@ -147,8 +147,8 @@ def kill_at_random_point(spec: SweepSpec, ray_dir: str, rng: random.Random, resu
 
 
 def trial_runs(spec: SweepSpec, view: int = ViewType.ACTIVE_ONLY) -> list:
-    db = Path(spec.tracking_uri.removeprefix("sqlite:///"))
-    client = MlflowClient(spec.tracking_uri)
+    db = Path(spec.placement.tracking_uri.removeprefix("sqlite:///"))
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name) if db.exists() else None
     if experiment is None:
         return []
@@ -222,7 +222,7 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
     orphans = [(r.data.tags.get("trial_key"), r.info.lifecycle_stage, r.data.params.get("s"))
                for r in trial_runs(sweep, ViewType.ALL) if r.info.status == "RUNNING"]
     assert not orphans, f"RUNNING runs left (trial key, lifecycle, s): {orphans}"
-    client = MlflowClient(sweep.tracking_uri)
+    client = MlflowClient(sweep.placement.tracking_uri)
     experiment = client.get_experiment_by_name(sweep.name)
     parents = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
     assert [p.info.status for p in parents] == ["FINISHED"]
@@ -246,7 +246,8 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
           f"({starts - len(planned)} cut short by the kills and restarted)")
 
     # the analysis equals that of the uninterrupted sweep
-    table, expected = load_runs(sweep.name, sweep.tracking_uri), load_runs(reference.name, reference.tracking_uri)
+    table, expected = load_runs(sweep.name, sweep.placement.tracking_uri), load_runs(reference.name,
+                                                                                     reference.placement.tracking_uri)
     pd.testing.assert_frame_equal(table[COMPARED], expected[COMPARED])
     options = FitOptions(n_starts=100, n_bootstrap=20)
     got, want = analyze(table, name="t", options=options), analyze(expected, name="t", options=options)
@@ -299,7 +300,7 @@ def test_training_trials_finished_before_a_kill_are_not_trained_again(tmp_path, 
         folder, objective="train", budgets=[4e9], recurrences=[1, 2], trials_per_cell=2, sampler="grid",
         val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": 2}, widths={"s_min": 1, "s_max": 3})))
     spec = SweepSpec.from_toml(folder / "spec.toml")
-    receipts = Path(spec.storage) / spec.name / "search" / "receipts"
+    receipts = Path(spec.placement.storage) / spec.name / "search" / "receipts"
 
     os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "3600"
     try:

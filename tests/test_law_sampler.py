@@ -34,13 +34,14 @@ def spec(tmp_path_factory) -> SweepSpec:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     uri = f"sqlite:///{tmp_path_factory.mktemp('law')}/unused.db"
     paper = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=uri)
-    assert paper.sampler == "law" and paper.branches
-    return dataclasses.replace(paper, budgets=tuple(BUDGETS), branches=False)
+    assert paper.sampling.sampler == "law" and paper.sampling.branches
+    return dataclasses.replace(paper, grid=dataclasses.replace(paper.grid, budgets=tuple(BUDGETS)),
+                               sampling=dataclasses.replace(paper.sampling, branches=False))
 
 
 @pytest.fixture(scope="module")
 def branched(spec) -> SweepSpec:
-    return dataclasses.replace(spec, branches=True)
+    return dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, branches=True))
 
 
 def drive(searcher: CellTrials, steps: int | None = None) -> list[tuple[str, float]]:
@@ -136,7 +137,7 @@ def test_the_shipped_noise_is_correlated_within_cells_and_repeatable(spec):
     assert a == [simulate(spec.trial_config(cell, s))["val_loss"] for s in cell.widths]
     g = CellGeometry.of(spec, cell)
     # without the per-trial noise, what is left is shared by a cell and smooth in width: neighbours deviate alike
-    quiet = dataclasses.replace(spec, noise=0.0)
+    quiet = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0))
     steps, sizes = [], []
     for c in spec.cells():
         geo = CellGeometry.of(spec, c)
@@ -145,7 +146,8 @@ def test_the_shipped_noise_is_correlated_within_cells_and_repeatable(spec):
         steps += [abs(a - b) for a, b in zip(deviation, deviation[1:])]
         sizes += [abs(d) for d in deviation]
     assert sum(steps) / len(steps) < 0.5 * sum(sizes) / len(sizes)
-    zero = dataclasses.replace(spec, noise=0.0, cell_noise=0.0, misspec=0.0)
+    zero = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0, cell_noise=0.0,
+                                                                    misspec=0.0))
     assert [simulate(zero.trial_config(cell, s))["val_loss"] for s in cell.widths] == pytest.approx(
         [clean_loss(spec, g, h) for h in g.heads])
 
@@ -158,7 +160,7 @@ def test_analysis_flags_a_cell_whose_best_run_is_the_edge_of_its_widths_as_bound
     table = cell_optima(pd.DataFrame(rows), n_bootstrap=0).table  # the loss falls to the widest width
     assert list(table["status"]) == ["bound_limited"]
     assert f"best run at s={cell.widths[-1]:g}, the widest width" in table["reason"][0]
-    assert g.heads[-1] == round(cell.widths[-1] * spec.width_unit / spec.head_dim)
+    assert g.heads[-1] == round(cell.widths[-1] * spec.grid.width_unit / spec.grid.head_dim)
     unrecorded = cell_optima(pd.DataFrame(rows).drop(columns="cell_widths"), n_bootstrap=0).table
     assert list(unrecorded["status"]) == ["no_interior_minimum"]  # without the range, no claim about bounds
 
@@ -226,7 +228,7 @@ def test_the_cell_just_below_each_rs_largest_waits_for_its_branches_before_its_f
     searcher = CellTrials(make_studies(branched, "search", None))
     trials = drive(searcher)
     surrogate = next(iter(searcher._studies.values())).surrogate
-    for r in branched.recurrences:
+    for r in branched.grid.recurrences:
         mine = [n for n, (cell, _, _) in enumerate(trials) if cell == cell_key(BUDGETS[1], r)]
         top = [n for n, (cell, _, _) in enumerate(trials) if cell == cell_key(BUDGETS[2], r)]
         assert not mine or min(mine) > max(top)
@@ -327,9 +329,11 @@ def test_a_located_cell_takes_more_widths_only_while_they_pay_for_themselves_in_
 
 
 def test_a_sweep_with_information_spends_its_extra_trials_in_the_cheap_cells(spec):
-    plain = drive(CellTrials(make_studies(dataclasses.replace(spec, information=0.0), "search", None)))
+    plain = drive(CellTrials(make_studies(dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling,
+                                                                                                 information=0.0)),
+                                                                                                 "search", None)))
     informed_trials = drive(CellTrials(make_studies(spec, "search", None)))
-    assert spec.information == 1.0  # the paper preset's
+    assert spec.sampling.information == 1.0  # the paper preset's
     assert informed_trials == drive(CellTrials(make_studies(spec, "search", None)))  # seeded, deterministic
     budget = {c.key: c.budget for c in spec.cells()}
 
@@ -356,7 +360,7 @@ def test_branched_sweep_is_deterministic_spends_less_and_every_branch_point_reac
     trials = drive(searcher)
     surrogate = next(iter(searcher._studies.values())).surrogate
     for cell, s, budgets in trials:
-        heads = round(s * branched.width_unit / branched.head_dim)
+        heads = round(s * branched.grid.width_unit / branched.grid.head_dim)
         for b in budgets:
             key = next(c.key for c in cells.values() if c.budget == b and c.r == cells[cell].r)
             assert heads in surrogate.results[key]
@@ -369,8 +373,9 @@ def test_a_calibration_brackets_the_recipes_rate_before_its_model_takes_over(tmp
     better: its first trials are the rate, half of it and twice it (those inside [low, high])."""
     demo = SweepSpec.from_toml("demo", tracking_uri=f"sqlite:///{tmp_path}/unused.db")
     if base_lr is not None:
-        demo = dataclasses.replace(demo, recipe={**demo.recipe, "base_lr": base_lr})
-    cal, rate = demo.calibrate, demo.recipe["base_lr"]
+        demo = dataclasses.replace(demo, training=dataclasses.replace(demo.training, recipe={**demo.training.recipe,
+                                                                                             "base_lr": base_lr}))
+    cal, rate = demo.training.calibrate, demo.training.recipe["base_lr"]
     searcher = CellTrials(make_studies(demo, "calibrate", None))
     tried = [searcher.suggest(f"c{i}")["trial"]["recipe"][cal.param] for i in range(3)]
     expected = [x for x in (rate, rate / 2, rate * 2) if cal.low <= x <= cal.high]

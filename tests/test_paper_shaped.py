@@ -54,8 +54,8 @@ def test_a_paper_shaped_sweep_runs_end_to_end_and_is_analysed(tmp_path, monkeypa
     repo = write_hub_repo(tmp_path / "hub", kjv_chapters())
     path = shrunk_paper_spec(tmp_path, repo)
     spec = SweepSpec.from_toml(path)
-    assert spec.recipe["optimizer"] == "muonh" and spec.calibrate is not None
-    assert spec.data["tokenizer_vocab"] == 512 and spec.model(2, 4).n_recur == 4
+    assert spec.training.recipe["optimizer"] == "muonh" and spec.training.calibrate is not None
+    assert spec.training.data["tokenizer_vocab"] == 512 and spec.grid.model(2, 4).n_recur == 4
 
     assert main(["plan", str(path)]) == 0
     assert main(["search", str(path)]) == 0, capsys.readouterr().err
@@ -64,7 +64,7 @@ def test_a_paper_shaped_sweep_runs_end_to_end_and_is_analysed(tmp_path, monkeypa
     # search trained the BPE itself, beside the packed data
     assert any(f.startswith("bpe-512-") for f in os.listdir(tmp_path / "cache" / "tokenizers"))
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     trials = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'")
     assert len(trials) == spec.planned_trials() == 2 + 2 * 2 * 2
@@ -73,7 +73,8 @@ def test_a_paper_shaped_sweep_runs_end_to_end_and_is_analysed(tmp_path, monkeypa
     assert sweep.data.tags["data_fingerprint"].startswith("hub-T64-")
 
     out_dir = tmp_path / "analysis"
-    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.tracking_uri, "--out", str(out_dir),
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out",
+                 str(out_dir),
                  "--n-starts", "50", "--n-bootstrap", "20"]) == 0, capsys.readouterr().err
     summary = json.loads((out_dir / "summary.json").read_text())
     assert (summary["runs_total"], summary["runs_used"]) == (10, 8)  # the fit uses the search stage's trials

@@ -32,15 +32,15 @@ def test_the_probe_prices_a_real_trial_within_a_factor_of_its_measured_wall_time
     under CI load measured the extra steps 2.85x cheaper than the probe priced them."""
     spec = SweepSpec.from_toml("smoke", ["resources.max_concurrent=1"], tracking_uri=f"sqlite:///{tmp_path}/x.db",
                                storage=f"{tmp_path}/tune", cache_dir=f"{tmp_path}/cache")
-    objectives.prepare_data(spec.data, spec.seq_len, spec.cache_dir, spec.val_tokens)
+    objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir, spec.training.val_tokens)
     throughput = measure_throughput(spec)
     assert throughput is not None and throughput.side_by_side == 1
     (cell,) = spec.cells("calibrate")
-    assert objectives.train(spec.trial_config(cell, cell.first_guess, spec.recipe))["status"] == "ok"
+    assert objectives.train(spec.trial_config(cell, cell.first_guess, spec.training.recipe))["status"] == "ok"
     priced, measured = [], []
     for scale in (1, 4):
         sized = dataclasses.replace(cell, budget=cell.budget * scale)
-        trial = spec.trial_config(sized, sized.first_guess, spec.recipe)
+        trial = spec.trial_config(sized, sized.first_guess, spec.training.recipe)
         priced.append(trial_seconds(spec, sized, sized.first_guess, throughput))
         started = time.perf_counter()
         assert objectives.train(trial)["status"] == "ok"
@@ -79,7 +79,7 @@ def test_a_trial_is_priced_with_its_checkpoints():
         spec = SweepSpec.from_toml("paper", [f"resources.checkpoint_s={every}"])
         cell = max(spec.cells("search"), key=lambda c: c.budget)
         priced[every] = trial_seconds(spec, cell, cell.first_guess, STEPS)
-    counts = account(spec.model(cell.first_guess, cell.r))
+    counts = account(spec.grid.model(cell.first_guess, cell.r))
     write_s = CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * (counts.N + counts.N_embed) / CHECKPOINT_BYTES_PER_S
     checkpoints = (priced[0] - STEPS.setup_s) // 600
     assert checkpoints >= 1

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 
 from loopscale.search import SweepSpec
-from loopscale.search.spec import MAX_CELLS
+from loopscale.search.spec_parts import MAX_CELLS
 from test_bad_input import refuses, spec_file, workdir  # noqa: F401 (workdir is a fixture)
 
 LAW = {"E": 1.5, "A": 400.0, "alpha": 0.3, "B": 400.0, "beta": 0.3, "phi": 0.5}
@@ -55,4 +55,5 @@ def test_a_set_item_is_applied_whole_or_refused(workdir, capsys, item):  # noqa:
 def test_the_logged_spec_always_parses(workdir, items):  # noqa: F811
     spec = SweepSpec.from_toml(spec_file(workdir), items)
     logged = tomllib.loads(spec.text)
-    assert (logged["seed"], logged["name"], logged.get("address")) == (spec.seed, spec.name, spec.address)
+    assert (logged["seed"], logged["name"], logged.get("address")) == (spec.sampling.seed, spec.name,
+                                                                       spec.placement.address)

@@ -91,7 +91,7 @@ def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
     driver.wait(timeout=30)
     assert finished == 9, "the sweep never got going"
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     query = "tags.`loopscale.kind` = 'trial'"
     before = {r.data.tags["trial_key"]: r.info.run_id
@@ -115,7 +115,7 @@ def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
 
     # the Optuna studies continued across the kill: each holds every trial of its cell, pre-crash ones included
     searcher = CellSearcher([])
-    searcher.restore_from_dir(str(Path(spec.storage) / spec.name / "search"))
+    searcher.restore_from_dir(str(Path(spec.placement.storage) / spec.name / "search"))
     widths: dict[str, list[float]] = {}
     for run in runs:
         widths.setdefault(run.data.tags["cell"], []).append(float(run.data.params["s"]))
@@ -154,7 +154,7 @@ def test_a_sweep_resumed_into_another_store_logs_each_trial_there_once(tmp_path,
     driver, finished = start_until_finished(command, tmp_path, env, 9)
     driver.send_signal(signal.SIGINT)
     assert driver.wait(timeout=120) == 130 and finished == 9
-    before = [key for key, status in trial_keys(spec.tracking_uri, spec.name) if status == "FINISHED"]
+    before = [key for key, status in trial_keys(spec.placement.tracking_uri, spec.name) if status == "FINISHED"]
     assert 9 <= len(before) < spec.planned_trials()
 
     other = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
@@ -164,7 +164,7 @@ def test_a_sweep_resumed_into_another_store_logs_each_trial_there_once(tmp_path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # the finished trials logged again there from their receipts, the rest run: each trial once
     assert trial_keys(other, spec.name, ViewType.ALL) == [(key, "FINISHED") for key in planned]
-    assert [key for key, _ in trial_keys(spec.tracking_uri, spec.name)] == before  # the first store as it was
+    assert [key for key, _ in trial_keys(spec.placement.tracking_uri, spec.name)] == before  # the first store as it was
 
     # a finished sweep whose store was deleted: --resume logs its runs there again, from the receipts
     shutil.rmtree(tmp_path / "other")

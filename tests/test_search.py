@@ -30,20 +30,20 @@ def ray_session():
 
 
 def trial_runs(spec: SweepSpec) -> list:
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     return client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'", max_results=1000)
 
 
 def heads(spec: SweepSpec, s: float) -> int:
-    return round(s * spec.width_unit / spec.head_dim)
+    return round(s * spec.grid.width_unit / spec.grid.head_dim)
 
 
 def journal_studies(spec: SweepSpec, stage: str = "search") -> dict[str, list[int]]:
     """Cell -> heads of the COMPLETE trials of its study, read back with Optuna's own API from the sweep's
     journal file; every study must have ended (nothing RUNNING or WAITING) and be named ``<sweep>/<stage>/<cell>``."""
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(Path(spec.storage) / spec.name / "optuna.journal")))
+        str(Path(spec.placement.storage) / spec.name / "optuna.journal")))
     names = optuna.get_all_study_names(storage)
     assert sorted(names) == sorted(f"{spec.name}/{stage}/{c.key}" for c in spec.cells(stage))
     studies = {name.rpartition("/")[2]: optuna.load_study(study_name=name, storage=storage) for name in names}
@@ -53,7 +53,7 @@ def journal_studies(spec: SweepSpec, stage: str = "search") -> dict[str, list[in
 
 
 def sweep_run(spec: SweepSpec):
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
     (run,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
     return run
@@ -69,7 +69,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
 
     parent = sweep_run(spec)
     assert parent.info.status == "FINISHED" and parent.data.tags["spec_hash"] == spec.spec_hash
-    artifacts = [a.path for a in MlflowClient(spec.tracking_uri).list_artifacts(parent.info.run_id)]
+    artifacts = [a.path for a in MlflowClient(spec.placement.tracking_uri).list_artifacts(parent.info.run_id)]
     assert sorted(artifacts) == ["flops_spent.json", "spec.toml"]
 
     keys = set()
@@ -87,9 +87,9 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
         s = float(params["s"])
         assert s in cell.widths and params["template.depth"] == "6" and params["objective"] == "simulate"
         assert float(params["budget_flops"]) == cell.budget and params["seed"] == "0"
-        config = spec.model(s, cell.r)
+        config = spec.grid.model(s, cell.r)
         p = count_params(config)
-        tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
+        tokens = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens)
         assert (metrics["N_once"], metrics["N_rec"], metrics["tokens"]) == (p.N_once, p.N_rec, tokens)
         expected = objectives.simulate(spec.trial_config(cell, s))["val_loss"]
         assert metrics["val_loss"] == pytest.approx(expected, rel=1e-12)
@@ -116,7 +116,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
 def test_existing_state_needs_resume_and_the_same_spec(tmp_path):
     path = write_spec(tmp_path, budgets=[1e12], recurrences=[1], trials_per_cell=1)
     spec = SweepSpec.from_toml(path)
-    state = Path(spec.storage) / spec.name / "sweep.json"
+    state = Path(spec.placement.storage) / spec.name / "sweep.json"
     state.parent.mkdir(parents=True)
     state.write_text(f'{{"spec_hash": "{spec.spec_hash}", "complete": false}}')
     with pytest.raises(ValueError, match="pass --resume"):
@@ -124,7 +124,7 @@ def test_existing_state_needs_resume_and_the_same_spec(tmp_path):
     other = SweepSpec.from_toml(write_spec(tmp_path, "b.toml", budgets=[1e12], recurrences=[1], trials_per_cell=2))
     with pytest.raises(ValueError, match="different spec"):
         run_search(other, resume=True)
-    assert not Path(spec.tracking_uri.removeprefix("sqlite:///")).exists()  # refused before touching MLflow
+    assert not Path(spec.placement.tracking_uri.removeprefix("sqlite:///")).exists()  # refused before touching MLflow
 
 
 @pytest.mark.slow
@@ -142,9 +142,9 @@ def test_failing_trials_are_retried_logged_and_do_not_stop_the_sweep(tmp_path):
     failed = 0
     for run in runs:
         s, r = float(run.data.params["s"]), int(run.data.params["r"])
-        config = spec.model(s, r)
+        config = spec.grid.model(s, r)
         p = count_params(config)
-        negative = doomed.loss(p.N_once, p.N_rec, r, tokens_for_budget(config, 1e13, spec.batch_tokens)) <= 0
+        negative = doomed.loss(p.N_once, p.N_rec, r, tokens_for_budget(config, 1e13, spec.grid.batch_tokens)) <= 0
         if negative:
             failed += 1
             assert (run.info.status, run.data.tags["status"]) == ("FAILED", "failed")
@@ -154,7 +154,7 @@ def test_failing_trials_are_retried_logged_and_do_not_stop_the_sweep(tmp_path):
             assert math.isfinite(run.data.metrics["val_loss"])
     assert 0 < failed < len(runs)
     # each failed trial ran twice (one retry) before it was given up
-    errors = list(Path(spec.storage, spec.name, "search").glob("*/error.txt"))
+    errors = list(Path(spec.placement.storage, spec.name, "search").glob("*/error.txt"))
     assert len(errors) == failed and all("Failure # 2" in e.read_text() for e in errors)
 
 
@@ -169,7 +169,8 @@ def test_tiny_real_training_sweep(tmp_path):
     outcome = run_search(spec)
     runs = trial_runs(spec)
     assert len(runs) == spec.planned_trials() == 4
-    fingerprint = objectives.prepare_data(spec.data, spec.seq_len, spec.cache_dir, spec.val_tokens)
+    fingerprint = objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir,
+                                          spec.training.val_tokens)
     sane, absurd = sorted((r for r in runs if r.data.tags["stage"] == "calibrate"),
                           key=lambda r: float(r.data.params["recipe.head_lr"]))
     assert float(sane.data.params["recipe.head_lr"]) == pytest.approx(0.004)
@@ -177,7 +178,7 @@ def test_tiny_real_training_sweep(tmp_path):
     assert sane.data.tags["status"] == "ok" and absurd.data.tags["status"] == "diverged"
     assert absurd.info.status == "FINISHED" and absurd.data.tags["reason"]
     assert outcome.stages["calibrate"].best()["trial"]["recipe"]["head_lr"] == pytest.approx(0.004)
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     for run in runs:
         assert run.data.tags["objective"] == "train" and run.data.tags["data_fingerprint"] == fingerprint
         if run.data.tags["stage"] == "search":

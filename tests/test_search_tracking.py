@@ -33,7 +33,7 @@ def tracker(spec: SweepSpec, experiment_id: str, parent: str) -> TrialTracker:
 
 
 def runs(spec: SweepSpec, experiment_id: str, view=ViewType.ACTIVE_ONLY) -> list:
-    return MlflowClient(spec.tracking_uri).search_runs([experiment_id], "tags.`loopscale.kind` = 'trial'",
+    return MlflowClient(spec.placement.tracking_uri).search_runs([experiment_id], "tags.`loopscale.kind` = 'trial'",
                                                        run_view_type=view)
 
 
@@ -65,7 +65,8 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
                 if r.info.status == "RUNNING" and r.info.lifecycle_stage == "active"]
     by_key = {r.data.tags["trial_key"]: r for r in active}
     assert by_key["search/a/1"].data.metrics["val_loss"] == 3.0  # kept from before the crash, not re-logged
-    history = MlflowClient(spec.tracking_uri).get_metric_history(by_key["search/a/2"].info.run_id, "train_loss")
+    history = MlflowClient(spec.placement.tracking_uri).get_metric_history(by_key["search/a/2"].info.run_id,
+                                                                           "train_loss")
     assert [(m.step, m.value) for m in history] == [(5, 3.9)]  # the restarted trial's curve only
 
     # a key re-used for a different config (a stage restarted without Tune state) replaces its run
@@ -81,12 +82,12 @@ def test_a_crash_leaves_one_finished_run_per_trial_and_no_orphans(tmp_path):
     assert by_key["search/a/4"].data.tags["reason"] == "loss exploded"
     assert (by_key["search/a/5"].data.tags["status"], by_key["search/a/5"].info.status) == ("failed", "FAILED")
 
-    discard_stage_runs(spec.tracking_uri, experiment_id, parent, "search")
+    discard_stage_runs(spec.placement.tracking_uri, experiment_id, parent, "search")
     assert runs(spec, experiment_id) == []
 
 
 def history(spec: SweepSpec, run) -> list[tuple[int, float]]:
-    return [(m.step, m.value) for m in MlflowClient(spec.tracking_uri).get_metric_history(run.info.run_id,
+    return [(m.step, m.value) for m in MlflowClient(spec.placement.tracking_uri).get_metric_history(run.info.run_id,
                                                                                          "train_loss")]
 
 

@@ -17,8 +17,8 @@ from loopscale.search import SweepSpec
 
 def test_the_smoke_preset_has_its_own_vocabulary_and_law(tmp_path):
     spec = SweepSpec.from_toml("smoke", objective="simulate", tracking_uri=f"sqlite:///{tmp_path}/m.db")
-    assert spec.template["vocab_size"] == 256  # the KJV bytes its calibration trial reads
-    assert spec.law is not None  # the paper's law puts these tiny models above log V
+    assert spec.grid.template["vocab_size"] == 256  # the KJV bytes its calibration trial reads
+    assert spec.simulation.law is not None  # the paper's law puts these tiny models above log V
 
 
 @pytest.mark.integration

@@ -84,40 +84,42 @@ def test_presets_load(preset, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = SweepSpec.from_toml(preset)
     assert spec.name == preset and spec.cells()
-    assert spec.storage == str(tmp_path / "loopscale-runs" / "tune")
-    assert spec.tracking_uri == f"sqlite:///{tmp_path / 'loopscale-runs' / 'mlflow.db'}"
+    assert spec.placement.storage == str(tmp_path / "loopscale-runs" / "tune")
+    assert spec.placement.tracking_uri == f"sqlite:///{tmp_path / 'loopscale-runs' / 'mlflow.db'}"
     assert not (tmp_path / "loopscale-runs").exists()  # reading a spec writes nothing
 
 
 def test_demo_preset_covers_what_the_demo_promises():
     spec = SweepSpec.from_toml("demo")
-    assert spec.objective == "train" and len(spec.budgets) >= 3 and set(spec.recurrences) >= {1, 2, 4}
-    assert spec.template["vocab_size"] == 256  # byte-level KJV
+    assert spec.objective == "train" and len(spec.grid.budgets) >= 3 and set(spec.grid.recurrences) >= {1, 2, 4}
+    assert spec.grid.template["vocab_size"] == 256  # byte-level KJV
     # identifiability of the law: budgets over 4.5x from 3e11 (lower budgets sat at the narrowest width near a loss
     # plateau the law cannot follow: search/presets/demo.toml), warmdown branches at every smaller budget
-    assert max(spec.budgets) / min(spec.budgets) >= 4.5 and min(spec.budgets) >= 3e11
-    assert spec.recipe["schedule"] == "wsd" and spec.recipe["branch_budgets"] == sorted(spec.budgets)[:-1]
+    assert max(spec.grid.budgets) / min(spec.grid.budgets) >= 4.5 and min(spec.grid.budgets) >= 3e11
+    assert spec.training.recipe["schedule"] == "wsd"
+    assert spec.training.recipe["branch_budgets"] == sorted(spec.grid.budgets)[:-1]
 
 
 def test_paper_preset_is_the_papers_design():
     spec = SweepSpec.from_toml("paper", objective="simulate")
     # the paper's six budgets, and two cheap ones below them in its spacing (search/presets/paper.toml)
-    assert spec.budgets == (1e17, 2.15e17, 4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
-    assert spec.recurrences == (1, 2, 4, 8) and spec.calibrate is None  # simulate: nothing to calibrate
-    config = spec.model(10, 4)
+    assert spec.grid.budgets == (1e17, 2.15e17, 4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
+    assert spec.grid.recurrences == (1, 2, 4, 8) and spec.training.calibrate is None  # simulate: nothing to calibrate
+    config = spec.grid.model(10, 4)
     assert (config.width, config.n_prelude, config.n_recur, config.n_coda) == (640, 2, 4, 2)
     assert len(spec.cells()) == 32 and all(c.n_trials <= 6 for c in spec.cells())
-    assert spec.trials_per_cell >= 4  # a cap per cell, and no cell plans more widths than its window has
-    assert all(c.n_trials == min(spec.trials_per_cell, len(c.widths)) for c in spec.cells())
+    assert spec.sampling.trials_per_cell >= 4  # a cap per cell, and no cell plans more widths than its window has
+    assert all(c.n_trials == min(spec.sampling.trials_per_cell, len(c.widths)) for c in spec.cells())
     assert spec.planned_trials() == sum(c.n_trials for c in spec.cells()) == 127  # 1e17, r = 1: 3 widths
     # the cheap cells cost under 1% of what the paper's grid spent, even at the cap of trials in every one
     cheap = sum(c.n_trials * c.budget for c in spec.cells() if c.budget not in PAPER_GRID)
     assert cheap / paper_grid_flops() < 0.01
     # as a training sweep it trains its own BPE of the template's vocabulary: no file anyone must supply
     train = SweepSpec.from_toml("paper")
-    assert train.data["tokenizer"] == "bpe" and train.data["tokenizer_vocab"] == train.template["vocab_size"] == 32064
+    assert train.training.data["tokenizer"] == "bpe"
+    assert train.training.data["tokenizer_vocab"] == train.grid.template["vocab_size"] == 32064
     # warmdown branches (the paper's script has them) chosen by the law sampler, on the schedule they need
-    assert train.sampler == "law" and train.branches and train.recipe["schedule"] == "wsd"
+    assert train.sampling.sampler == "law" and train.sampling.branches and train.training.recipe["schedule"] == "wsd"
 
 
 def test_cells_hold_whole_heads_that_train(tmp_path):
@@ -126,13 +128,13 @@ def test_cells_hold_whole_heads_that_train(tmp_path):
     for cell in spec.cells():
         assert cell.n_trials == min(3, len(cell.widths)) and cell.first_guess in cell.widths
         for s in cell.widths:
-            config = spec.model(s, cell.r)
-            tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
-            assert config.width == 16 * s and tokens // spec.batch_tokens >= 20
+            config = spec.grid.model(s, cell.r)
+            tokens = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens)
+            assert config.width == 16 * s and tokens // spec.grid.batch_tokens >= 20
             assert 1 <= tokens / count_params(config).N <= 100
         # the first guess is the width whose D / N is nearest 20 tokens per parameter
-        tpp = {s: tokens_for_budget(spec.model(s, cell.r), cell.budget, 512) / count_params(spec.model(s, cell.r)).N
-               for s in cell.widths}
+        tpp = {s: tokens_for_budget(spec.grid.model(s, cell.r), cell.budget, 512)
+               / count_params(spec.grid.model(s, cell.r)).N for s in cell.widths}
         assert cell.first_guess == min(tpp, key=lambda s: abs(math.log(tpp[s] / 20)))
 
 
@@ -178,8 +180,8 @@ def test_a_field_added_since_leaves_earlier_sweeps_hash_alone(tmp_path):
 def test_objective_override_drops_calibration(tmp_path):
     path = write_spec(tmp_path, objective="train", data={"source": "kjv"}, recipe={"base_lr": 0.04},
                       calibrate={"budget": 1e10, "s": 2, "r": 1, "trials": 2, "low": 0.01, "high": 0.1})
-    assert SweepSpec.from_toml(path).calibrate.trials == 2
-    assert SweepSpec.from_toml(path, objective="simulate").calibrate is None
+    assert SweepSpec.from_toml(path).training.calibrate.trials == 2
+    assert SweepSpec.from_toml(path, objective="simulate").training.calibrate is None
 
 
 # ---- one line per mistake -----------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from loopscale.model import LoopedConfig, count_params, flops_per_token, tokens_for_budget
 from loopscale.search import SweepSpec
-from loopscale.search.spec import SAMPLERS, TEMPLATE_KEYS, TOP_KEYS
+from loopscale.search.spec import TOP_KEYS
+from loopscale.search.spec_parts import SAMPLERS, TEMPLATE_KEYS
 from test_spec import to_toml
 
 # Where the drawn specs log and store; parsing must never create it (checked after every valid spec).
@@ -102,19 +103,24 @@ def expected_widths(raw: dict[str, Any], budget: float, r: int) -> list[float]:
 
 def spec_to_raw(spec: SweepSpec) -> dict[str, Any]:
     """The parsed spec written back as a spec dict (the round trip's other half)."""
-    widths = {"s_min": spec.s_min, "s_max": spec.s_max,
-              **({"tokens_per_param": list(spec.tokens_per_param)} if spec.tokens_per_param else {})}
-    resources = {"cpus": spec.cpus_per_trial, "gpus": spec.gpus_per_trial, "retries": spec.retries,
-                 "workers": spec.workers,
-                 **({"max_concurrent": spec.max_concurrent} if spec.max_concurrent else {})}
+    widths = {"s_min": spec.grid.s_min, "s_max": spec.grid.s_max,
+              **({"tokens_per_param": list(spec.grid.tokens_per_param)} if spec.grid.tokens_per_param else {})}
+    resources = {"cpus": spec.placement.cpus_per_trial, "gpus": spec.placement.gpus_per_trial,
+                 "retries": spec.placement.retries,
+                 "workers": spec.placement.workers,
+                 **({"max_concurrent": spec.placement.max_concurrent} if spec.placement.max_concurrent else {})}
     return {
-        "name": spec.name, "objective": spec.objective, "seed": spec.seed, "budgets": list(spec.budgets),
-        "recurrences": list(spec.recurrences), "seq_len": spec.seq_len, "batch_tokens": spec.batch_tokens,
-        "val_tokens": spec.val_tokens, "trials_per_cell": spec.trials_per_cell, "sampler": spec.sampler,
-        "min_steps": spec.min_steps, "first_guess_tokens_per_param": spec.first_guess_tokens_per_param,
-        "tracking_uri": spec.tracking_uri, "storage": spec.storage, "cache_dir": spec.cache_dir,
-        "template": dict(spec.template), "widths": widths,
-        "simulate": {"noise": spec.noise, **({"law": dict(spec.law)} if spec.law else {})},
+        "name": spec.name, "objective": spec.objective, "seed": spec.sampling.seed, "budgets": list(spec.grid.budgets),
+        "recurrences": list(spec.grid.recurrences), "seq_len": spec.grid.seq_len,
+        "batch_tokens": spec.grid.batch_tokens,
+        "val_tokens": spec.training.val_tokens, "trials_per_cell": spec.sampling.trials_per_cell,
+        "sampler": spec.sampling.sampler,
+        "min_steps": spec.grid.min_steps, "first_guess_tokens_per_param": spec.grid.first_guess_tokens_per_param,
+        "tracking_uri": spec.placement.tracking_uri, "storage": spec.placement.storage,
+        "cache_dir": spec.placement.cache_dir,
+        "template": dict(spec.grid.template), "widths": widths,
+        "simulate": {"noise": spec.simulation.noise,
+                     **({"law": dict(spec.simulation.law)} if spec.simulation.law else {})},
         "resources": resources,
     }
 
@@ -141,10 +147,10 @@ def test_valid_specs_parse_round_trip_and_keep_exactly_the_feasible_widths(raw, 
         assert list(cell.widths) == expected[(cell.budget, cell.r)]
         assert cell.first_guess in cell.widths and cell.n_trials == min(raw["trials_per_cell"], len(cell.widths))
         for s in cell.widths:
-            config = spec.model(s, cell.r)
-            tokens = tokens_for_budget(config, cell.budget, spec.batch_tokens)
-            assert config.width % spec.head_dim == 0 and config.width == round(spec.width_unit * s)
-            assert tokens % spec.batch_tokens == 0 and tokens // spec.batch_tokens >= spec.min_steps
+            config = spec.grid.model(s, cell.r)
+            tokens = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens)
+            assert config.width % spec.grid.head_dim == 0 and config.width == round(spec.grid.width_unit * s)
+            assert tokens % spec.grid.batch_tokens == 0 and tokens // spec.grid.batch_tokens >= spec.grid.min_steps
             assert 0 < tokens * flops_per_token(config) <= cell.budget  # the budget is never overspent
     assert spec.planned_trials() == sum(c.n_trials for c in cells)
 

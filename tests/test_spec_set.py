@@ -34,7 +34,7 @@ def test_a_set_spec_is_the_edited_file(tmp_path):
     edited = write_spec(tmp_path, "edited.toml", trials_per_cell=2, widths={"s_max": 8})
     sets = ["trials_per_cell=2", "widths.s_max=8"]
     spec = SweepSpec.from_toml(plain, sets)
-    assert (spec.trials_per_cell, spec.s_max) == (2, 8.0)
+    assert (spec.sampling.trials_per_cell, spec.grid.s_max) == (2, 8.0)
     assert spec.spec_hash == SweepSpec.from_toml(edited).spec_hash != SweepSpec.from_toml(plain).spec_hash
     assert spec.text.startswith("# effective spec") and "# --set widths.s_max=8\n" in spec.text
     assert tomllib.loads(spec.text) == tomllib.loads(edited.read_text())  # the logged text is the effective spec
@@ -80,7 +80,7 @@ def test_a_sweep_logs_its_effective_spec(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     spec = SweepSpec.from_toml(spec_file, sets)
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name("t")
     (parent,) = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
     assert parent.data.tags["spec_hash"] == spec.spec_hash

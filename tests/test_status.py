@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures
 
 def status(spec: SweepSpec, cwd: Path, env: dict[str, str]) -> list[str]:
     done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "status", spec.name, "--tracking-uri",
-                           spec.tracking_uri], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+                           spec.placement.tracking_uri], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.splitlines()
 
@@ -44,7 +44,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
     hold.touch()
     try:
         assert finished == 3, "the sweep never got going"
-        lock = Path(spec.storage) / spec.name / "driver.lock"
+        lock = Path(spec.placement.storage) / spec.name / "driver.lock"
         held = lock.read_text()
         lines = status(spec, elsewhere, env)
         assert lines[0] == f"sweep {spec.name}: running (driver pid {driver.pid} on host {socket.gethostname()})"
@@ -69,7 +69,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
     assert lines[0] == f"sweep {spec.name}: finished"
     assert lines[1] == f"trials: {planned} of {planned} planned ended (search {planned}), 0 cut off, 0 failed"
 
-    client = MlflowClient(spec.tracking_uri)
+    client = MlflowClient(spec.placement.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id],
                               "tags.`loopscale.kind` = 'trial'", max_results=1000)
     spent = sum(run.data.metrics["flops_spent"] for run in runs)

@@ -32,11 +32,11 @@ def test_search_spec_follows_the_order(tmp_path, monkeypatch):
     uri = {level: f"sqlite:///{tmp_path / level / 'mlflow.db'}" for level in ("flag", "spec", "env")}
     bare = write_spec(tmp_path, "bare.toml", tracking_uri=None)
     named = write_spec(tmp_path, "named.toml", tracking_uri=uri["spec"])
-    assert SweepSpec.from_toml(bare).tracking_uri == f"sqlite:///{tmp_path / 'loopscale-runs' / 'mlflow.db'}"
+    assert SweepSpec.from_toml(bare).placement.tracking_uri == f"sqlite:///{tmp_path / 'loopscale-runs' / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri["env"])
-    assert SweepSpec.from_toml(bare).tracking_uri == uri["env"]
-    assert SweepSpec.from_toml(named).tracking_uri == uri["spec"]
-    assert SweepSpec.from_toml(named, tracking_uri=uri["flag"]).tracking_uri == uri["flag"]
+    assert SweepSpec.from_toml(bare).placement.tracking_uri == uri["env"]
+    assert SweepSpec.from_toml(named).placement.tracking_uri == uri["spec"]
+    assert SweepSpec.from_toml(named, tracking_uri=uri["flag"]).placement.tracking_uri == uri["flag"]
 
 
 @pytest.mark.parametrize("argv", [

@@ -59,7 +59,7 @@ def test_spec_trains_a_bpe_of_its_template_vocabulary(tmp_path, capsys):
     path = write_spec(tmp_path, objective="train", template={"vocab_size": 320}, widths={"s_min": 1, "s_max": 4},
                       data={"source": "kjv", "tokenizer": "bpe", "tokenizer_train_chars": 300_000})
     spec = SweepSpec.from_toml(path)
-    assert spec.data["tokenizer_vocab"] == 320 and spec.template["vocab_size"] == 320
+    assert spec.training.data["tokenizer_vocab"] == 320 and spec.grid.template["vocab_size"] == 320
     assert main(["tokenizer", str(path)]) == 0
     out = capsys.readouterr().out
     assert "320 tokens (asked for 320)" in out and "trained in" in out and "300,000 characters" in out
@@ -113,7 +113,7 @@ def test_plan_paper_works_here(capsys, monkeypatch):
 def test_a_simulated_spec_never_reads_its_data_settings(tmp_path, capsys):
     path = write_spec(tmp_path, data={"source": "kjv", "tokenizer": "no-such-tokenizer.json"})
     spec = SweepSpec.from_toml(path)
-    assert spec.objective == "simulate" and spec.template["vocab_size"] == 32064  # not the data's
+    assert spec.objective == "simulate" and spec.grid.template["vocab_size"] == 32064  # not the data's
     assert main(["plan", str(path)]) == 0
     assert main(["tokenizer", str(path)]) == 2
     assert "objective 'simulate' reads no data" in capsys.readouterr().err

@@ -37,7 +37,7 @@ def write_sweep(folder: Path, budget: float = 8e10, log_every: int = 2, **resour
 def first_checkpoint(spec: SweepSpec, driver: Driver, timeout_s: float = 240) -> None:
     """Wait until Tune's saved experiment state (a snapshot every 2 s) holds the trial's first checkpoint: what a
     resumed driver restores from."""
-    path = f"{spec.storage}/{spec.name}/search"
+    path = f"{spec.placement.storage}/{spec.name}/search"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert driver.process.poll() is None, "the driver ended before the trial's first checkpoint"
@@ -52,7 +52,7 @@ def first_checkpoint(spec: SweepSpec, driver: Driver, timeout_s: float = 240) ->
 
 def training(spec: SweepSpec, driver: Driver, timeout_s: float = 240) -> None:
     """Wait until Tune's saved experiment state holds a progress report of the trial: it trains."""
-    path = f"{spec.storage}/{spec.name}/search"
+    path = f"{spec.placement.storage}/{spec.name}/search"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert driver.process.poll() is None, "the driver ended before the trial trained"
@@ -111,7 +111,7 @@ def check_resumed_run(spec: SweepSpec, tolerance: dict | None = None) -> None:
     assert run.data.tags["status"] == "ok"
     assert int(run.data.tags["loopscale.resumed_from_step"]) > 0 and run.data.metrics["resumes"] >= 1
     assert run.data.metrics["flops_lost"] >= 0
-    trials = tune.ExperimentAnalysis(f"{spec.storage}/{spec.name}/search").trials
+    trials = tune.ExperimentAnalysis(f"{spec.placement.storage}/{spec.name}/search").trials
     reports = []
     uninterrupted = train(TrialConfig.from_params(trials[0].config["trial"]), report=reports.append)
     assert run.data.metrics["val_loss"] == pytest.approx(uninterrupted["val_loss"], **tolerance)
@@ -120,14 +120,14 @@ def check_resumed_run(spec: SweepSpec, tolerance: dict | None = None) -> None:
 
     # every report's step once, with the uninterrupted trial's loss (and the final train_loss at the last step,
     # which every run has)
-    history = MlflowClient(spec.tracking_uri).get_metric_history(run.info.run_id, "train_loss")
+    history = MlflowClient(spec.placement.tracking_uri).get_metric_history(run.info.run_id, "train_loss")
     logged = sorted((m.step, m.value) for m in history)
     expected = sorted([(r["step"], r["train_loss"]) for r in reports]
                       + [(uninterrupted["steps"], uninterrupted["train_loss"])])
     assert [step for step, _ in logged] == [step for step, _ in expected]
     assert [value for _, value in logged] == pytest.approx([value for _, value in expected], **tolerance)
-    left = [*Path(spec.storage).glob(f"{spec.name}/search/*/checkpoint_*"),
-            *Path(spec.storage).glob(f"{spec.name}/search/data-parallel/*.state")]
+    left = [*Path(spec.placement.storage).glob(f"{spec.name}/search/*/checkpoint_*"),
+            *Path(spec.placement.storage).glob(f"{spec.name}/search/data-parallel/*.state")]
     assert not left, f"checkpoints left after logging: {left}"
 
 
@@ -167,7 +167,7 @@ def test_a_data_parallel_trial_whose_worker_is_killed_resumes_from_rank_0s_check
     # ~58 steps, few reports: each crosses Ray Train's controller, about a second apiece
     spec = write_sweep(tmp_path / "two", budget=2e10, log_every=10, workers=2, retries=1)
     driver = Driver(spec, ray_dir, resume=False)
-    states = Path(spec.storage) / spec.name / "search" / "data-parallel"
+    states = Path(spec.placement.storage) / spec.name / "search" / "data-parallel"
     deadline = time.monotonic() + 300
     while not list(states.glob("*.state/trial_state.pt")):
         assert driver.process.poll() is None and time.monotonic() < deadline, "".join(driver.output)

@@ -29,7 +29,7 @@ def demo():
 ])
 def test_a_bad_budget_is_refused_in_one_line_where_the_trial_is_built(demo, budget, message):
     cell = dataclasses.replace(demo.cells()[0], budget=budget)
-    message = message.format(width=demo.model(2.0, cell.r).width, r=cell.r)
+    message = message.format(width=demo.grid.model(2.0, cell.r).width, r=cell.r)
     with pytest.raises(ValueError, match=f"^trial config: {message}$"):
         demo.trial_config(cell, 2.0)
     good = demo.trial_config(demo.cells()[0], 2.0)
@@ -59,10 +59,12 @@ def test_a_dict_written_before_trials_were_typed_reads_back_the_same(demo):
     logged as MLflow params) decodes into the same trial and encodes into the same dict: a resumed sweep keeps
     its receipts and params."""
     cell = demo.cells()[0]
-    old = {"budget_flops": cell.budget, "r": cell.r, "s": 2.0, "template": demo.model_template(),
-           "batch_tokens": demo.batch_tokens, "seed": demo.seed, "objective": "train", "data": demo.data,
-           "recipe": dict(demo.recipe), "device": "cpu", "num_threads": 1, "cache_dir": demo.cache_dir,
-           "val_tokens": demo.val_tokens}
+    old = {"budget_flops": cell.budget, "r": cell.r, "s": 2.0, "template": demo.grid.model_template(),
+           "batch_tokens": demo.grid.batch_tokens, "seed": demo.sampling.seed, "objective": "train",
+           "data": demo.training.data,
+           "recipe": dict(demo.training.recipe), "device": "cpu", "num_threads": 1,
+           "cache_dir": demo.placement.cache_dir,
+           "val_tokens": demo.training.val_tokens}
     trial = TrialConfig.from_params(old)
     assert trial == demo.trial_config(cell, 2.0) and trial.to_params() == old
 
@@ -81,19 +83,19 @@ def test_a_dict_this_version_did_not_write_is_refused_in_one_line(params, what):
 def test_the_searcher_builds_typed_trials_and_ships_their_params(demo):
     """A cell's study turns each proposal into a TrialConfig (checked as it is built); Tune gets its params, which
     decode into the very trial the study built."""
-    (study,) = make_studies(demo, "calibrate", demo.recipe)
+    (study,) = make_studies(demo, "calibrate", demo.training.recipe)
     _, trial = study.ask()  # the spec's own rate first
-    assert isinstance(trial, TrialConfig) and trial.recipe["base_lr"] == demo.recipe["base_lr"]
-    searcher = CellSearcher(make_studies(demo, "search", demo.recipe))
+    assert isinstance(trial, TrialConfig) and trial.recipe["base_lr"] == demo.training.recipe["base_lr"]
+    searcher = CellSearcher(make_studies(demo, "search", demo.training.recipe))
     suggested = searcher.suggest("t0")
     trial = TrialConfig.from_params(suggested["trial"])
-    assert trial.s == suggested["trial"]["s"] and trial.budget_flops == min(demo.budgets)
+    assert trial.s == suggested["trial"]["s"] and trial.budget_flops == min(demo.grid.budgets)
 
 
 def test_a_searcher_saved_with_a_dict_base_resumes_typed(demo):
     """Tune's pickled searcher of a sweep started before trials were typed holds each cell's base trial as a
     dict; restored now, the study holds the TrialConfig and proposes as before."""
-    (study,) = make_studies(demo, "calibrate", demo.recipe)
+    (study,) = make_studies(demo, "calibrate", demo.training.recipe)
     state = pickle.loads(pickle.dumps(study)).__getstate__()
     state["base"] = study.base.to_params()  # the old layout
     restored = CellStudy.__new__(CellStudy)

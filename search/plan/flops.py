@@ -15,9 +15,9 @@ def trial_flops(spec: SweepSpec, budget: float) -> float:
     """What one trial of ``budget`` spends at most: its budget, plus the warmdowns of its branches (a share
     ``warmdown_frac`` of each smaller branch budget; objectives/branches.py): the recipe's fixed ones, and with
     ``branches = true`` any smaller budget of the sweep the law sampler may choose."""
-    recipe = objectives.normalize_recipe(spec.recipe if spec.objective == "train" else None)
+    recipe = objectives.normalize_recipe(spec.training.recipe if spec.objective == "train" else None)
     fixed = recipe["branch_budgets"] if spec.objective == "train" else []
-    chosen = spec.budgets if spec.branches else []
+    chosen = spec.grid.budgets if spec.sampling.branches else []
     return budget + recipe["warmdown_frac"] * sum(c for c in {*fixed, *chosen} if c < budget)
 
 
@@ -31,9 +31,9 @@ def flops_range(spec: SweepSpec) -> tuple[float, float]:
     """(fewest, most) FLOPs the sweep may spend: every planned trial, or with the law sampler from its fewest
     trials (``flops_estimate``) to the cap."""
     cap = total_flops(spec)
-    if spec.sampler != "law":
+    if spec.sampling.sampler != "law":
         return cap, cap
-    fewest = fewest_trials(spec.cells(), spec.branches, spec.deferred_budgets)
+    fewest = fewest_trials(spec.cells(), spec.sampling.branches, spec.sampling.deferred_budgets)
     return sum(min(fewest[c.key], c.n_trials) * c.budget for c in spec.cells()) + sum(
         c.n_trials * trial_flops(spec, c.budget) for c in spec.cells("calibrate")), cap
 
@@ -47,13 +47,18 @@ def flops_estimate(spec: SweepSpec) -> str:
     (analysis.flops)."""
     floor, cap = flops_range(spec)
     text = f"total: {numbers.flops(cap)} FLOPs (each trial spends at most its budget)"
-    if spec.sampler == "law":
-        below = "just below it" if spec.deferred_budgets == 1 else f"in the {spec.deferred_budgets} budgets below it"
-        least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
-                 "others (warmdown branches fill their brackets)") if spec.branches else "3 widths per cell at least"
+    sampling = spec.sampling
+    if sampling.sampler == "law":
+        deferred = sampling.deferred_budgets
+        below = "just below it" if deferred == 1 else f"in the {deferred} budgets below it"
+        least = "3 widths per cell at least"
+        if sampling.branches:
+            least = (f"3 widths in each r's largest cell, none {below} (while a cheaper budget remains) and 1 in the "
+                     "others (warmdown branches fill their brackets)")
         text = (f"total: {numbers.span(floor, cap, numbers.flops)} FLOPs (the law sampler stops a cell once its optimum is located: "
                 f"{least}, trials_per_cell at most)")
-    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(),
+                                     spec.grid.batch_tokens)
     if reference is not None:
         share = f"{cap / reference:.0%}" if floor == cap else f"{floor / reference:.0%} to {cap / reference:.0%}"
         text += f"; the paper's grid of 116 runs spent {numbers.flops(reference)} ({share} of it here)"
@@ -70,7 +75,7 @@ PEAK_NAME = "an H100 SXM's 989 TFLOP/s dense bf16 peak"
 def gpu_hours_estimate(spec: SweepSpec) -> str:
     """GPU-hours = FLOPs / (MFU x peak) / 3600, for a sweep whose trials run on GPUs ("" otherwise): what the
     sweep costs on a cluster, which the wall time measured here cannot say."""
-    if spec.gpus_per_trial <= 0 or spec.objective != "train":
+    if spec.placement.gpus_per_trial <= 0 or spec.objective != "train":
         return ""
     hours = [f / (MFU * PEAK_FLOPS) / 3600 for f in flops_range(spec)]
     return (f"GPU time: {numbers.span(*hours)} GPU-hours, assuming {MFU:.0%} MFU of {PEAK_NAME} "

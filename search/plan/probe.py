@@ -17,7 +17,6 @@ from loopscale.model import account, runtime
 from loopscale.model.architecture import build
 from loopscale.objectives.recipe import build_optimizers
 
-from .. import space
 from ..spec import STAGES, SweepSpec
 from .walltime import Throughput, cpus, likely_widths, narrowest_widths
 
@@ -29,7 +28,7 @@ def measure_throughput(spec: SweepSpec, max_steps: int = 5, min_seconds: float =
     narrowest and the widest of the widths the sweep's training trials are priced at, with as many copies at once as the
     sweep runs trials side by side on a CPU, and fit the step time as affine in the step's FLOPs; None if not
     even the narrowest step is small enough to time quickly. A single timable width gives a pure FLOP rate."""
-    device = runtime.pick_device("auto" if spec.gpus_per_trial > 0 else "cpu")  # no CUDA here: time the CPU
+    device = runtime.pick_device("auto" if spec.placement.gpus_per_trial > 0 else "cpu")  # no CUDA here: time the CPU
     trained = [c for stage in STAGES for c in spec.cells(stage) if stage == "calibrate" or spec.objective == "train"]
     shapes = sorted({(float(s), c.r, c) for c in trained for s in likely_widths(spec, c) + narrowest_widths(spec, c)},
                     key=lambda item: _step_flops(spec, item[0], item[1]))
@@ -38,12 +37,12 @@ def measure_throughput(spec: SweepSpec, max_steps: int = 5, min_seconds: float =
     if not timable:
         return None
     probes = [timable[0]] if len(timable) == 1 else [timable[0], timable[-1]]
-    configs = [space.trial_config(spec, cell, s, recipe=spec.recipe) for s, _, cell in probes]
+    configs = [spec.trial_config(cell, s, recipe=spec.training.recipe) for s, _, cell in probes]
     copies = 1 if device.type == "cuda" else side_by_side(spec)
-    timed = _time_side_by_side(configs, device.type, max(1, int(spec.cpus_per_trial)), copies, max_steps,
+    timed = _time_side_by_side(configs, device.type, max(1, int(spec.placement.cpus_per_trial)), copies, max_steps,
                                min_seconds)
-    shape = " and ".join(f"s={s:g} r={r} width {spec.model(s, r).width}" for s, r, _ in probes)
-    shape += f", {spec.batch_tokens:,} tokens per step"
+    shape = " and ".join(f"s={s:g} r={r} width {spec.grid.model(s, r).width}" for s, r, _ in probes)
+    shape += f", {spec.grid.batch_tokens:,} tokens per step"
     setup = sum(t.setup_s for t in timed) / len(timed)
     compile_s = sum(t.compile_s for t in timed) / len(timed)
     points = [(_step_flops(spec, s, r), t.step_s) for (s, r, _), t in zip(probes, timed)]
@@ -64,7 +63,7 @@ def side_by_side(spec: SweepSpec) -> int:
 
 
 def _step_flops(spec: SweepSpec, s: float, r: int) -> float:
-    return float(account(spec.model(s, r)).flops_per_token * spec.batch_tokens)
+    return float(account(spec.grid.model(s, r)).flops_per_token * spec.grid.batch_tokens)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from .walltime import Estimate, Throughput, cpus, estimate
 
 def _sizes(spec: SweepSpec, cell: Cell, s: float) -> tuple[int, int, int, int, int]:
     """(width, N_once, N_rec, N, D) of the cell's model at width s."""
-    config = spec.model(s, cell.r)
+    config = spec.grid.model(s, cell.r)
     p = account(config)
-    return config.width, p.N_once, p.N_rec, p.N, tokens_for_budget(config, cell.budget, spec.batch_tokens)
+    return config.width, p.N_once, p.N_rec, p.N, tokens_for_budget(config, cell.budget, spec.grid.batch_tokens)
 
 
 def _trains(spec: SweepSpec, cell: Cell) -> bool:
@@ -34,7 +34,7 @@ def cell_table(spec: SweepSpec, cell: Cell) -> str:
         lrs = objectives.trial_lrs(spec.trial_config(cell, s)) if lr_groups else {}
         rows.append(f"  {'*' if s == cell.first_guess else '':1} {s:>5g} {width:>6} {numbers.count(n_once):>8} "
                     f"{numbers.count(n_rec):>8} {numbers.count(n):>8} {numbers.count(tokens):>8} "
-                    f"{numbers.sig(tokens / n):>6} {numbers.count(tokens // spec.batch_tokens):>6}"
+                    f"{numbers.sig(tokens / n):>6} {numbers.count(tokens // spec.grid.batch_tokens):>6}"
                     + "".join(f" {numbers.sig(lrs[group]):>8}" for group, _ in lr_groups))
     return "\n".join(rows)
 
@@ -53,7 +53,7 @@ def cell_line(spec: SweepSpec, cell: Cell) -> str:
     if _trains(spec, cell):
         rates = [objectives.trial_lrs(spec.trial_config(cell, s))["matrices"] for s in (cell.widths[0], cell.widths[-1])]
         lr = numbers.span(*rates)
-    steps = numbers.span(d0 // spec.batch_tokens, d1 // spec.batch_tokens, numbers.count)
+    steps = numbers.span(d0 // spec.grid.batch_tokens, d1 // spec.grid.batch_tokens, numbers.count)
     return (f"  {cell.key:<14} {cell.n_trials:>6} {len(cell.widths):>6} {s_range:>11} {numbers.span(w0, w1, _g):>9} "
             f"{numbers.span(n0, n1, numbers.count):>13} {numbers.span(d0, d1, numbers.count):>13} "
             f"{numbers.span(d0 / n0, d1 / n1, _tpp):>11} {steps:>11} {lr:>14}").rstrip()
@@ -71,16 +71,16 @@ def _tpp(value: float) -> str:
 def _lr_groups(spec: SweepSpec) -> tuple[tuple[str, str], ...]:
     """(group, column label) of the learning rates a trial of this sweep uses."""
     groups = (("matrices", "lr"), ("embedding", "lr_emb"), ("lm_head", "lr_head"), ("norms", "lr_norm"))
-    return groups + ((("lanes", "lr_lanes"),) if spec.template.get("injection") == "hyperconnect" else ())
+    return groups + ((("lanes", "lr_lanes"),) if spec.grid.template.get("injection") == "hyperconnect" else ())
 
 
 def _lr_note(spec: SweepSpec) -> str:
     """How the per-width learning rates were made, and what calibration changes."""
-    recipe = objectives.normalize_recipe(spec.recipe)
+    recipe = objectives.normalize_recipe(spec.training.recipe)
     note = (f"learning rates: {recipe['optimizer']} matrices (lr) and AdamW groups, peak of each trial, moved from "
             f"base_lr {recipe['base_lr']:g} by the batch/data/width rules (objectives/lr_rules.py)")
-    if spec.calibrate is not None:
-        param = spec.calibrate.param
+    if spec.training.calibrate is not None:
+        param = spec.training.calibrate.param
         note += f"; calibration tunes {param}" + (", and every matrix lr scales with it" if param == "base_lr" else "")
     return note
 
@@ -100,23 +100,24 @@ def edge_warnings(spec: SweepSpec) -> list[str]:
 
 def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = False) -> str:
     """The plan's text; ``widths``: every cell's table of widths instead of one line per cell."""
-    t = iso_depth_template(spec.model_template())
+    t = iso_depth_template(spec.grid.model_template())
     lines = edge_warnings(spec)
     lines += [
-        f"sweep {spec.name!r}: objective {spec.objective}, sampler {spec.sampler}, seed {spec.seed}, "
-        f"{len(spec.budgets)} budgets x {len(spec.recurrences)} recurrences = {len(spec.cells())} cells, "
+        f"sweep {spec.name!r}: objective {spec.objective}, sampler {spec.sampling.sampler}, seed {spec.sampling.seed}, "
+        f"{len(spec.grid.budgets)} budgets x {len(spec.grid.recurrences)} recurrences = {len(spec.cells())} cells, "
         f"{spec.planned_trials()} trials",
         f"template: depth {t['depth']} (prelude {t['prelude']}, coda {t['coda']}), "
-        f"width = {spec.width_unit} s in heads of {spec.head_dim}, seq_len {spec.seq_len}, vocab {t['vocab_size']}, "
-        f"injection {t['injection']}; batch {numbers.count(spec.batch_tokens)} tokens",
+        f"width = {spec.grid.width_unit} s in heads of {spec.grid.head_dim}, seq_len {spec.grid.seq_len}, "
+        f"vocab {t['vocab_size']}, "
+        f"injection {t['injection']}; batch {numbers.count(spec.grid.batch_tokens)} tokens",
     ]
-    if spec.objective == "train" or spec.calibrate is not None:
+    if spec.objective == "train" or spec.training.calibrate is not None:
         lines.append(_lr_note(spec))
     for cell in spec.cells("calibrate"):
-        cal = spec.calibrate
+        cal = spec.training.calibrate
         lines.append(f"calibration: {cal.param} in [{cal.low:g}, {cal.high:g}] (log) at s={cal.s:g}, r={cal.r}, "
                      f"C={numbers.flops(cal.budget)}: {cal.trials} trials; the best rate goes to every search trial")
-    guess = f"~{spec.first_guess_tokens_per_param:g} tokens per parameter"
+    guess = f"~{spec.grid.first_guess_tokens_per_param:g} tokens per parameter"
     if widths:
         for cell in spec.cells():
             lines += ["", f"cell {cell.key}: {cell.n_trials} trials over {len(cell.widths)} widths "
@@ -153,7 +154,7 @@ def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
         why = ""
         if high != low:
             why = "; from the widths nearest each cell's first guess to its narrowest widths"
-        if stage == "search" and spec.sampler == "law":
+        if stage == "search" and spec.sampling.sampler == "law":
             why += "; the law sampler may stop cells early"
         lines.append(f"  {stage + ' stage':<36} {_span(low, high)} ({trials} trials{why})")
     lines += [f"  {'= loopscale search':<36} {_span(*parts.sweep_s)}",

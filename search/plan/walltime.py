@@ -80,7 +80,7 @@ def likely_widths(spec: SweepSpec, cell: Cell) -> tuple[float, ...]:
     """The widths a cell's trials are likely to try, in the order tried: the grid's spread over the window,
     else the first guess and then the feasible widths nearest it in log width (what the law, GP and TPE
     samplers bracket)."""
-    if spec.sampler == "grid":
+    if spec.sampling.sampler == "grid":
         return tuple(cell.widths[round(i)] for i in space.spread(len(cell.widths), cell.n_trials))
     near = sorted(cell.widths, key=lambda s: (abs(math.log(s / cell.first_guess)), s))
     return tuple(near[:cell.n_trials])
@@ -109,7 +109,7 @@ class Estimate:
 
 def estimate(spec: SweepSpec, throughput: Throughput | None) -> Estimate | None:
     """The sweep's wall time here by part (module docstring); None when it trains and nothing was timed."""
-    trains = spec.objective == "train" or spec.calibrate is not None
+    trains = spec.objective == "train" or spec.training.calibrate is not None
     if trains and throughput is None:
         return None
     out = Estimate(start_s=RAY_START_S)
@@ -124,7 +124,7 @@ def estimate(spec: SweepSpec, throughput: Throughput | None) -> Estimate | None:
 
 def narrowest_widths(spec: SweepSpec, cell: Cell) -> tuple[float, ...]:
     """The cell's ``n_trials`` narrowest feasible widths, its costliest trials (the grid's widths are fixed)."""
-    return likely_widths(spec, cell) if spec.sampler == "grid" else cell.widths[:cell.n_trials]
+    return likely_widths(spec, cell) if spec.sampling.sampler == "grid" else cell.widths[:cell.n_trials]
 
 
 def _tried(widths: tuple[float, ...], cell: Cell) -> list[float]:
@@ -181,23 +181,24 @@ def _stage_seconds(spec: SweepSpec, stage: str, cells: list[Cell], throughput: T
 def _branches(spec: SweepSpec, cell: Cell, s: float) -> list[dict]:
     """The warmdown branches a training trial of width s in ``cell`` runs at most (objectives.branches): the
     recipe's, and with ``branches = true`` every smaller budget of the sweep the law sampler may choose."""
-    config = spec.model(s, cell.r)
-    recipe = objectives.normalize_recipe(spec.recipe)
-    budgets = sorted({*recipe["branch_budgets"], *(spec.budgets if spec.branches and cell.stage == "search" else ())})
-    steps = tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
-    return branch_plan(budgets, recipe["warmdown_frac"], config, cell.budget, steps, spec.batch_tokens)
+    config = spec.grid.model(s, cell.r)
+    recipe = objectives.normalize_recipe(spec.training.recipe)
+    budgets = sorted({*recipe["branch_budgets"],
+                      *(spec.grid.budgets if spec.sampling.branches and cell.stage == "search" else ())})
+    steps = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens) // spec.grid.batch_tokens
+    return branch_plan(budgets, recipe["warmdown_frac"], config, cell.budget, steps, spec.grid.batch_tokens)
 
 
 def trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput) -> float:
     """One trial at width s: its set-up, its own and its branches' optimizer steps at the measured step time,
     and a validation pass (val_tokens / batch_tokens forward passes, a third of a step each) per evaluation:
     its own and one per branch."""
-    config = spec.model(s, cell.r)
-    step = throughput.step_seconds(account(config).flops_per_token * spec.batch_tokens)
-    steps = tokens_for_budget(config, cell.budget, spec.batch_tokens) // spec.batch_tokens
+    config = spec.grid.model(s, cell.r)
+    step = throughput.step_seconds(account(config).flops_per_token * spec.grid.batch_tokens)
+    steps = tokens_for_budget(config, cell.budget, spec.grid.batch_tokens) // spec.grid.batch_tokens
     branches = _branches(spec, cell, s)
     steps += sum(b["steps"] - b["fork"] for b in branches)
-    evaluation = spec.val_tokens / spec.batch_tokens * step / 3
+    evaluation = spec.training.val_tokens / spec.grid.batch_tokens * step / 3
     training = steps * step + (1 + len(branches)) * evaluation
     return throughput.setup_s + training + checkpoint_seconds(spec, cell, s, training)
 
@@ -205,11 +206,11 @@ def trial_seconds(spec: SweepSpec, cell: Cell, s: float, throughput: Throughput)
 def checkpoint_seconds(spec: SweepSpec, cell: Cell, s: float, training_s: float) -> float:
     """The checkpoints of a trial that trains ``training_s`` seconds: one per ``checkpoint_s`` of training, each ``CHECKPOINT_BYTES_PER_PARAM`` x its parameters (embedding included)
     written ``CHECKPOINT_COPIES`` times at ``CHECKPOINT_BYTES_PER_S``."""
-    if not spec.checkpoint_s:
+    if not spec.placement.checkpoint_s:
         return 0.0
-    counts = account(spec.model(s, cell.r))
+    counts = account(spec.grid.model(s, cell.r))
     write_s = CHECKPOINT_COPIES * CHECKPOINT_BYTES_PER_PARAM * (counts.N + counts.N_embed) / CHECKPOINT_BYTES_PER_S
-    return int(training_s // spec.checkpoint_s) * write_s
+    return int(training_s // spec.placement.checkpoint_s) * write_s
 
 
 def cpus() -> int:

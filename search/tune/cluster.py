@@ -18,7 +18,7 @@ from . import live
 
 
 def start_ray(spec: SweepSpec, verbose: bool) -> bool:
-    """Connect to ``spec.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up.
+    """Connect to ``spec.placement.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up.
 
     A signal while Ray starts (seconds) stops the sweep like any other (``live.STOP``), although ``ray.init``
     takes SIGTERM over: at its start it installs ``sys.exit(15)`` as the handler (turned back into
@@ -31,7 +31,7 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
         return False
     with signals_noted() as noted:
         try:
-            ray.init(address=spec.address, include_dashboard=False, log_to_driver=verbose,
+            ray.init(address=spec.placement.address, include_dashboard=False, log_to_driver=verbose,
                      logging_level="INFO" if verbose else "ERROR", runtime_env=runtime_env(spec))
             live.STOP.install()
         except SystemExit as exc:  # Ray's own SIGTERM handler
@@ -55,7 +55,7 @@ def runtime_env(spec: SweepSpec) -> dict | None:
     (model/architecture.py imports it by name there); None for the built-in and installed packages."""
     from loopscale.model import architecture  # torch, which the driver loads anyway
 
-    modules = architecture.ray_modules(spec.model(spec.s_min, spec.recurrences[0]).architecture)
+    modules = architecture.ray_modules(spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).architecture)
     return {"py_modules": modules} if modules else None
 
 
@@ -66,7 +66,7 @@ def check_trials_fit(spec: SweepSpec, can_grow: bool) -> None:
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     largest_cpu = max((res.get("CPU", 0.0) for res in nodes), default=0.0)
     largest_gpu = max((res.get("GPU", 0.0) for res in nodes), default=0.0)
-    for stage in ("calibrate", "search") if spec.calibrate is not None else ("search",):
+    for stage in ("calibrate", "search") if spec.training.calibrate is not None else ("search",):
         need, workers = spec.resources(stage), spec.workers_of(stage)
         # every worker of a data-parallel trial fits some node, and the cluster holds all of them at once
         room = sum(min(res.get("CPU", 0.0) // need["cpu"],

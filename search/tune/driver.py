@@ -60,33 +60,33 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
     ``--resume``.
     """
     raise_if_interrupted()  # a signal that the imports of this module swallowed (stopping.interrupt)
-    check_ray_address(ray_address(spec.address))
+    check_ray_address(ray_address(spec.placement.address))
     live.STOP.reset()
     live.SEARCHERS.clear()
-    local = "://" not in spec.storage
-    lock = SweepLock(Path(spec.storage) / spec.name) if local else contextlib.nullcontext()
+    local = "://" not in spec.placement.storage
+    lock = SweepLock(Path(spec.placement.storage) / spec.name) if local else contextlib.nullcontext()
     with lock, live.STOP.handling_signals():
         try:
             return _drive(spec, resume, verbose)
         except SweepInterrupted as exc:  # before a stage ran: resumable once the sweep's state is written
-            if "--resume" in str(exc) or SweepState(spec.storage, spec.name).load() is None:
+            if "--resume" in str(exc) or SweepState(spec.placement.storage, spec.name).load() is None:
                 raise
             raise type(exc)(exc.signum, f"{exc}; resume with: {resume_command(spec)}") from None
 
 
 def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
-    state = SweepState(spec.storage, spec.name)
+    state = SweepState(spec.placement.storage, spec.name)
     saved = state.load()
     if saved is not None:
         if saved["spec_hash"] != spec.spec_hash:
             raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
                              f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
         if saved.get("complete"):
-            if find_parent_run(spec.tracking_uri, spec.name) is not None:
+            if find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
                 print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
                 return SweepOutcome(spec, {}, already_complete=True)
-            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow {redact(spec.tracking_uri)} holds "
-                    "none of its runs")
+            lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow "
+                    f"{redact(spec.placement.tracking_uri)} holds none of its runs")
             if not resume:
                 raise ValueError(f"{lost}; pass --resume to log them there again from the trials' receipts")
             # the stages restore with every trial finished and log each from its receipt; until that is done
@@ -96,7 +96,7 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
         elif not resume:
             raise ValueError(f"sweep {spec.name!r} has unfinished state at {state.path}: pass --resume to "
                              f"continue it (or remove that directory to start over)")
-    elif find_parent_run(spec.tracking_uri, spec.name) is not None:
+    elif find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
         raise ValueError(f"MLflow experiment {spec.name!r} already holds a sweep of that name but there is no "
                          f"Tune state for it at {state.path}; use a new name or delete the experiment")
     disks = _disks(spec)
@@ -106,42 +106,43 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
     fingerprint = _prepare_data(spec)
     started_ray = start_ray(spec, verbose)
     try:
-        check_trials_fit(spec, can_grow=not started_ray or bool(spec.address or os.environ.get("RAY_ADDRESS")))
+        check_trials_fit(spec,
+                         can_grow=not started_ray or bool(spec.placement.address or os.environ.get("RAY_ADDRESS")))
         fresh = saved is None
         saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
         state.save(saved)  # first: a crash from here on is resumable
         try:
-            with store_errors(spec.tracking_uri):
+            with store_errors(spec.placement.tracking_uri):
                 experiment_id, parent = open_sweep(spec, fingerprint)
         except StoreFailure:
             if fresh:  # nothing ran: leave no state that would then demand --resume
                 state.remove()
             raise
         print(f"sweep {spec.name!r}: {len(spec.cells())} cells, {spec.planned_trials()} trials, objective "
-              f"{spec.objective}; MLflow {redact(spec.tracking_uri)} (experiment {spec.name!r}); "
+              f"{spec.objective}; MLflow {redact(spec.placement.tracking_uri)} (experiment {spec.name!r}); "
               f"Tune state {Path(state.path).parent}", flush=True)
         tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
-        recipe = spec.recipe
+        recipe = spec.training.recipe
         sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks)
-        if spec.calibrate is not None:
-            stages["calibrate"] = run_stage(sweep, "calibrate", spec.recipe)
+        if spec.training.calibrate is not None:
+            stages["calibrate"] = run_stage(sweep, "calibrate", spec.training.recipe)
             best = stages["calibrate"].best()
             if best is None:
                 raise RuntimeError(f"calibration: no trial trained without diverging; change [calibrate] low/high "
                                    f"and start over (remove {Path(state.path).parent})")
-            rate = best["trial"]["recipe"][spec.calibrate.param]
-            recipe = {**spec.recipe, spec.calibrate.param: rate}
-            print(f"calibrated {spec.calibrate.param} = {rate:.4g} "
+            rate = best["trial"]["recipe"][spec.training.calibrate.param]
+            recipe = {**spec.training.recipe, spec.training.calibrate.param: rate}
+            print(f"calibrated {spec.training.calibrate.param} = {rate:.4g} "
                   f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
         stages["search"] = run_stage(sweep, "search", recipe)
         flops = flops_spent(spec, stages)
-        with store_errors(spec.tracking_uri):
-            close_sweep(spec.tracking_uri, parent, flops)
+        with store_errors(spec.placement.tracking_uri):
+            close_sweep(spec.placement.tracking_uri, parent, flops)
         state.save({**saved, "complete": True})
         print(f"spent: {flops_text(flops['total'], flops['paper_grid'])}", flush=True)
         print(f"sweep {spec.name!r} complete; fit it with: loopscale analyze --experiment {spec.name} "
-              f"--tracking-uri {redact(spec.tracking_uri)}", flush=True)
+              f"--tracking-uri {redact(spec.placement.tracking_uri)}", flush=True)
         return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
     finally:
         if user_period is None:
@@ -154,9 +155,9 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
 
 def _disks(spec: SweepSpec) -> dict[str, str]:
     """The local folders a sweep writes to, by what they hold (the free-space checks)."""
-    disks = {"Tune storage": spec.storage}
-    if spec.tracking_uri.startswith("sqlite:///"):
-        disks["MLflow store"] = str(Path(spec.tracking_uri.removeprefix("sqlite:///")).parent)
+    disks = {"Tune storage": spec.placement.storage}
+    if spec.placement.tracking_uri.startswith("sqlite:///"):
+        disks["MLflow store"] = str(Path(spec.placement.tracking_uri.removeprefix("sqlite:///")).parent)
     return disks
 
 
@@ -166,13 +167,15 @@ def flops_spent(spec: SweepSpec, stages: dict[str, StageOutcome]) -> dict[str, A
     spent = [(r["cell"], r["stage"], float(r.get("flops_spent", 0.0))) for s in stages.values() for r in s.results
              if finite(r.get("flops_spent"))]
     per_cell = {c.key: sum(f for cell, stage, f in spent if cell == c.key and stage == "search") for c in spec.cells()}
-    reference = paper_grid_reference(spec.budgets, spec.recurrences, spec.model_template(), spec.batch_tokens)
+    reference = paper_grid_reference(spec.grid.budgets, spec.grid.recurrences, spec.grid.model_template(),
+                                     spec.grid.batch_tokens)
     return {"total": sum(f for _, _, f in spent), "per_cell": per_cell, "paper_grid": reference}
 
 
 def _prepare_data(spec: SweepSpec) -> str:
     """Tokenise and cache the data once on the driver (trials only read the cache); its fingerprint."""
-    if spec.objective == "simulate" and spec.calibrate is None:
+    if spec.objective == "simulate" and spec.training.calibrate is None:
         return "simulated"
-    return objectives.prepare_data(spec.data, spec.seq_len, spec.cache_dir, spec.val_tokens)
+    return objectives.prepare_data(spec.training.data, spec.grid.seq_len, spec.placement.cache_dir,
+                                   spec.training.val_tokens)
 

@@ -88,7 +88,7 @@ class Stage:
     def __init__(self, sweep: SweepContext, name: str, recipe: dict[str, Any] | None):
         self.sweep, self.spec, self.name, self.recipe = sweep, sweep.spec, name, recipe
         self.cells = self.spec.cells(name)
-        self.path = f"{self.spec.storage.rstrip('/')}/{self.spec.name}/{name}"
+        self.path = f"{self.spec.placement.storage.rstrip('/')}/{self.spec.name}/{name}"
         self.receipts = f"{self.path}/receipts"
         self.trainable = self._trainable()
         self.keeper = self._keeper()
@@ -107,7 +107,7 @@ class Stage:
         return tune.with_resources(
             tune.with_parameters(run_trial, receipts=self.receipts, workers=workers,
                                  worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel",
-                                 checkpoint_s=spec.checkpoint_s),
+                                 checkpoint_s=spec.placement.checkpoint_s),
             spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
 
     def _keeper(self) -> StateKeeper | None:
@@ -129,7 +129,7 @@ class Stage:
             return None
         # Trials that errored on a disk or store failure have no ended run: they run again. Trials that failed
         # by themselves (their FAILED run is in MLflow) stay failed.
-        with store_errors(spec.tracking_uri):
+        with store_errors(spec.placement.tracking_uri):
             logged = self.tracker()
             logged.open()
         restored = restore_receipts(logged.carried_receipts(f"{stage}/"), receipts)
@@ -156,11 +156,11 @@ class Stage:
     def new_tuner(self) -> tune.Tuner:
         """A fresh Tuner over the stage's cells, after dropping the runs of an attempt killed before Tune saved."""
         spec, stage, cells, sweep = self.spec, self.name, self.cells, self.sweep
-        with store_errors(spec.tracking_uri):
-            discard_stage_runs(spec.tracking_uri, sweep.experiment_id, sweep.parent, stage)
+        with store_errors(spec.placement.tracking_uri):
+            discard_stage_runs(spec.placement.tracking_uri, sweep.experiment_id, sweep.parent, stage)
         searcher = CellSearcher(make_studies(spec, stage, self.recipe, journal=study_journal(spec)))
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
-                            spec.calibrate.param if stage == "calibrate" else "s")
+                            spec.training.calibrate.param if stage == "calibrate" else "s")
         return tune.Tuner(
             self.trainable,
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=sum(c.n_trials for c in cells),
@@ -169,12 +169,12 @@ class Stage:
                                         reuse_actors=True,
                                         trial_dirname_creator=_trial_dirname),
             # every snapshot reaches the storage (Tune's default: every 5 minutes), where the keeper copies it
-            run_config=tune.RunConfig(name=stage, storage_path=f"{spec.storage.rstrip('/')}/{spec.name}",
+            run_config=tune.RunConfig(name=stage, storage_path=f"{spec.placement.storage.rstrip('/')}/{spec.name}",
                                       sync_config=tune.SyncConfig(sync_period=float(os.environ[SNAPSHOT_ENV])),
                                       callbacks=[TrackingCallback(self.tracker(), sweep.disks, self.keeper,
                                                                   checkpoints=self._checkpoints()),
                                                  ProgressCallback(progress)],
-                                      failure_config=tune.FailureConfig(max_failures=spec.retries),
+                                      failure_config=tune.FailureConfig(max_failures=spec.placement.retries),
                                       # a trial's latest checkpoint only: the one it resumes from
                                       checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                                       verbose=1 if sweep.verbose else 0),
@@ -182,12 +182,12 @@ class Stage:
 
     def _checkpoints(self) -> bool:
         """Whether the stage's trials take checkpoints (a data-parallel trial's need a shared file system)."""
-        return self.spec.checkpoint_s > 0 and (self.spec.workers_of(self.name) == 1 or "://" not in self.path)
+        return self.spec.placement.checkpoint_s > 0 and (self.spec.workers_of(self.name) == 1 or "://" not in self.path)
 
     def planned_trials(self, grid: Any) -> set[str]:
         """The trial keys the stage must have ended runs for: every cell's cap, except where the law sampler closes
         a cell early once its optimum is located; then the trials it did propose (all of which Tune started)."""
-        if self.spec.sampler == "law" and self.name == "search":
+        if self.spec.sampling.sampler == "law" and self.name == "search":
             return {result.config["meta"]["trial_key"] for result in grid if result.config}
         return {f"{self.name}/{c.key}/{n}" for c in self.cells for n in range(1, c.n_trials + 1)}
 
@@ -208,7 +208,7 @@ class Stage:
         receipt where it has none)."""
         spec, stage = self.spec, self.name
         outcome = StageOutcome(stage, studies=_saved_studies(self.path))
-        with store_errors(spec.tracking_uri):
+        with store_errors(spec.placement.tracking_uri):
             reconcile = self.tracker()
             reconcile.open()
             for result in grid:

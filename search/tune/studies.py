@@ -96,7 +96,8 @@ JOURNAL_FILE = "optuna.journal"
 
 def study_journal(spec: SweepSpec) -> str | None:
     """The sweep's Optuna journal file; None on object storage (Optuna's journal file needs a local path)."""
-    return None if "://" in spec.storage else f"{spec.storage.rstrip('/')}/{spec.name}/{JOURNAL_FILE}"
+    storage = spec.placement.storage
+    return None if "://" in storage else f"{storage.rstrip('/')}/{spec.name}/{JOURNAL_FILE}"
 
 
 @functools.cache  # one per file and process: each storage replays the whole journal
@@ -146,24 +147,25 @@ class CellStudy:
         self.budget, self.r, self.surrogate = cell.budget, cell.r, surrogate
         self.widths = f"{cell.widths[0]:g}-{cell.widths[-1]:g}"  # the cell's range, for analysis' bound check
         if cell.stage == "calibrate":
-            cal = spec.calibrate
+            cal = spec.training.calibrate
             self.space = functools.partial(lr_space, low=cal.low, high=cal.high)
             self.lr_param, self.heads = cal.param, None
             grid = [{"lr": lr} for lr in log_grid(cal.low, cal.high, cal.trials)]
-            guess = [{"lr": lr} for lr in lr_bracket((spec.recipe or {}).get(cal.param), cal.low, cal.high)]
+            guess = [{"lr": lr} for lr in lr_bracket((spec.training.recipe or {}).get(cal.param), cal.low, cal.high)]
         else:
-            self.heads = [space.heads(s, spec) for s in cell.widths]
+            self.heads = [spec.grid.heads(s) for s in cell.widths]
             self.space = functools.partial(width_space, low=self.heads[0], high=self.heads[-1],
-                                           head_dim=spec.head_dim, width_unit=spec.width_unit)
+                                           head_dim=spec.grid.head_dim, width_unit=spec.grid.width_unit)
             self.lr_param = None
             grid = [{"heads": self.heads[round(i)]} for i in space.spread(len(self.heads), cell.n_trials)]
-            guess = [{"heads": space.heads(cell.first_guess, spec)}]
-        seed = cell_seed(spec.seed, cell.stage, cell.key)
-        sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampler, seed)
+            guess = [{"heads": spec.grid.heads(cell.first_guess)}]
+        seed = cell_seed(spec.sampling.seed, cell.stage, cell.key)
+        sampler = LawSampler(surrogate, cell.key) if surrogate is not None else make_sampler(spec.sampling.sampler,
+                                                                                             seed)
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         # the grid is the queue itself; GP and TPE start from a first guess; random search stays random; the law
         # sampler makes its own first guess
-        for point in {"grid": grid, "random": []}.get(spec.sampler if surrogate is None else "random", guess):
+        for point in {"grid": grid, "random": []}.get(spec.sampling.sampler if surrogate is None else "random", guess):
             self.study.enqueue_trial(point)
         self.asked = 0
         self.attach()
@@ -251,10 +253,11 @@ def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
     the Optuna ``journal`` file if given; with the law sampler, every search cell shares one ``LawSurrogate``."""
     cells = spec.cells(stage) if cells is None else cells
     surrogate = None
-    if spec.sampler == "law" and stage == "search":
-        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.seed,
-                                 tolerance=spec.tolerance, branches=spec.branches, information=spec.information,
-                                 deferred=spec.deferred_budgets)
+    if spec.sampling.sampler == "law" and stage == "search":
+        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.sampling.seed,
+                                 tolerance=spec.sampling.tolerance, branches=spec.sampling.branches,
+                                 information=spec.sampling.information,
+                                 deferred=spec.sampling.deferred_budgets)
     return [CellStudy(spec, c, spec.trial_config(c, c.first_guess, recipe), surrogate, journal) for c in cells]
 
 

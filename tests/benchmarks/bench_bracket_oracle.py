@@ -134,7 +134,7 @@ def main() -> None:
     base = paper_replay(args.set)
     reference = grid_flops(base)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    specs = [dataclasses.replace(base, seed=seed) for seed in seeds]
+    specs = [dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed)) for seed in seeds]
     largest = sorted({c.budget for c in base.cells()})[-2:]
     per_budget = {b: sum(1 for c in base.cells() if c.budget == b) for b in largest}
     started = time.perf_counter()

@@ -36,18 +36,18 @@ ASSUMED_MFU = 0.4
 
 def largest_cell(spec: SweepSpec):
     cell = max(spec.cells("search"), key=lambda c: (c.budget, c.r))
-    return cell, spec.model(cell.first_guess, cell.r)
+    return cell, spec.grid.model(cell.first_guess, cell.r)
 
 
 def demo(folder: str) -> None:
     spec = SweepSpec.from_toml("demo")
     cell, config = largest_cell(spec)
-    recipe = normalize_recipe(spec.recipe)
+    recipe = normalize_recipe(spec.training.recipe)
     torch.manual_seed(0)
     model = build(config)
-    optimizers = build_optimizers(model, group_lrs(recipe, spec.template, config, 10 * spec.batch_tokens,
-                                                   spec.batch_tokens), recipe, config.vocab_size)
-    rows = torch.randint(0, config.vocab_size, (spec.batch_tokens // spec.seq_len, spec.seq_len + 1))
+    optimizers = build_optimizers(model, group_lrs(recipe, spec.grid.template, config, 10 * spec.grid.batch_tokens,
+                                                   spec.grid.batch_tokens), recipe, config.vocab_size)
+    rows = torch.randint(0, config.vocab_size, (spec.grid.batch_tokens // spec.grid.seq_len, spec.grid.seq_len + 1))
 
     def step() -> float:
         started = time.perf_counter()
@@ -68,7 +68,7 @@ def demo(folder: str) -> None:
     print(f"demo  C={cell.budget:.3g} r={cell.r} width={config.width}: {params / 1e6:.2f}M parameters, "
           f"checkpoint {size / 2**20:.1f} MiB ({size / params:.1f} B/param), written in {write_s:.3f} s; "
           f"step {step_s:.3f} s on {torch.get_num_threads()} CPU threads: a write = {write_s / step_s:.2f} steps, "
-          f"{write_s / spec.checkpoint_s:.2e} of checkpoint_s {spec.checkpoint_s:g} s")
+          f"{write_s / spec.placement.checkpoint_s:.2e} of checkpoint_s {spec.placement.checkpoint_s:g} s")
 
 
 def paper(folder: str, chunk_mib: int) -> None:
@@ -82,11 +82,11 @@ def paper(folder: str, chunk_mib: int) -> None:
     save_state({"chunk": chunk}, folder)
     per_byte = (time.perf_counter() - started) / (chunk_mib * 2**20)
     write_s = size * per_byte
-    step_s = counts.flops_per_token * spec.batch_tokens / (H100_BF16_FLOPS * ASSUMED_MFU)
+    step_s = counts.flops_per_token * spec.grid.batch_tokens / (H100_BF16_FLOPS * ASSUMED_MFU)
     print(f"paper C={cell.budget:.3g} r={cell.r} width={config.width}: {params / 1e6:.0f}M parameters, "
           f"checkpoint ~{size / 2**30:.1f} GiB, ~{write_s:.1f} s at this disk's {1 / per_byte / 1e6:.0f} MB/s; "
           f"step ~{step_s:.3f} s on an H100 at {ASSUMED_MFU:.0%} MFU: a write = {write_s / step_s:.0f} steps, "
-          f"{write_s / spec.checkpoint_s:.2%} of checkpoint_s {spec.checkpoint_s:g} s")
+          f"{write_s / spec.placement.checkpoint_s:.2%} of checkpoint_s {spec.placement.checkpoint_s:g} s")
 
 
 def main() -> None:

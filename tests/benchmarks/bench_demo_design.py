@@ -163,7 +163,7 @@ def wall_minutes(design: Design, probe: bool) -> tuple[float, float]:
         throughput = measure_throughput(spec)
     else:
         threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, int(spec.cpus_per_trial)))
+        torch.set_num_threads(max(1, int(spec.placement.cpus_per_trial)))
         try:
             peak = device_peak_flops(torch.device("cpu"))
         finally:

@@ -81,7 +81,7 @@ def finished(spec: SweepSpec) -> dict[str, str]:
 
 
 def marked_complete(spec: SweepSpec) -> bool:
-    path = Path(spec.storage) / spec.name / "sweep.json"
+    path = Path(spec.placement.storage) / spec.name / "sweep.json"
     return path.exists() and json.loads(path.read_text()).get("complete", False)
 
 
@@ -104,10 +104,11 @@ def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, l
     blocker = filler = None
     if driver.process.poll() is None:
         if kind == "store":
-            blocker = sqlite3.connect(spec.tracking_uri.removeprefix("sqlite:///"), isolation_level=None, timeout=60)
+            blocker = sqlite3.connect(spec.placement.tracking_uri.removeprefix("sqlite:///"), isolation_level=None,
+                                      timeout=60)
             blocker.execute("BEGIN EXCLUSIVE")
         elif kind == "disk-full":
-            filler = fill_to_zero(Path(spec.storage).parent)
+            filler = fill_to_zero(Path(spec.placement.storage).parent)
         else:
             driver.process.send_signal(signal.SIGKILL if kind == "state-cut" else getattr(signal, kind))
     reader = threading.Thread(target=driver.wait_for, args=("never printed", 1, 240))
@@ -121,7 +122,7 @@ def interrupt(spec: SweepSpec, ray_dir: str, rng: random.Random, resume: bool, l
         filler.unlink()
     kill_leftovers(ray_dir)
     if kind == "state-cut":
-        for path in StateKeeper(Path(spec.storage) / spec.name / "search").state_files().values():
+        for path in StateKeeper(Path(spec.placement.storage) / spec.name / "search").state_files().values():
             path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
     out = "".join(driver.output)
     return {"kind": kind, "point": point, "code": code, "traceback": "Traceback" in out,
@@ -141,7 +142,7 @@ def run_seed(seed: int, per_seed: int, root: Path, kinds: list[str]) -> tuple[Co
     final.wait_for("never printed", 1, timeout_s=400)
     final_code = final.process.wait(timeout=60)
     kill_leftovers(ray_dir)
-    subprocess.run(["umount", "-l", str(Path(spec.storage).parent)], check=False)
+    subprocess.run(["umount", "-l", str(Path(spec.placement.storage).parent)], check=False)
 
     counts = Counter()
     planned = {f"search/{c.key}/{n}" for c in spec.cells() for n in range(1, c.n_trials + 1)}

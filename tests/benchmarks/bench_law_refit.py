@@ -68,14 +68,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         spec = SweepSpec.from_toml("paper", objective="simulate", tracking_uri=f"sqlite:///{tmp}/unused.db")
-    spec = dataclasses.replace(spec, tokens_per_param=None)  # every width of the grid inside its cell
+    # every width of the grid inside its cell
+    spec = dataclasses.replace(spec, grid=dataclasses.replace(spec.grid, tokens_per_param=None))
     cells = [c for c in spec.cells() if c.budget in PAPER_GRID]  # the paper's 24 cells and its 116 runs
     runs = [(c, s, simulate(spec.trial_config(c, s))) for c in cells for s in PAPER_GRID[c.budget]]
     seconds: dict[str, list[float]] = {"20-59": [], "60-99": [], "100+": []}
     for _ in range(args.repeats):
-        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=0, tolerance=spec.tolerance)
+        surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=0, tolerance=spec.sampling.tolerance)
         for n, (cell, s, result) in enumerate(runs, start=1):
-            heads = round(s * spec.width_unit / spec.head_dim)
+            heads = round(s * spec.grid.width_unit / spec.grid.head_dim)
             started = time.perf_counter()
             surrogate.add(cell.key, heads, result["val_loss"])
             took = time.perf_counter() - started
@@ -94,7 +95,8 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     shipped = paper_replay([])
     for seed in range(args.seeds):
-        sweep("law+branches", dataclasses.replace(shipped, seed=seed), 4, searcher_class=TimedSearcher)
+        sweep("law+branches", dataclasses.replace(shipped, sampling=dataclasses.replace(shipped.sampling, seed=seed)),
+              4, searcher_class=TimedSearcher)
     print(f"the shipped preset's sweep ({len(shipped.cells())} cells, 4 slots, {args.seeds} seeds), per call:")
     for call, values in TimedSearcher.seconds.items():
         values = sorted(values)

@@ -79,9 +79,9 @@ class Designs:
         """(d log L / d theta, L) of the law at a run."""
         key = (budget, r, s)
         if key not in self.rows:
-            model = self.spec.model(s, r)
+            model = self.spec.grid.model(s, r)
             sizes = count_params(model)
-            log_d = math.log(tokens_for_budget(model, budget, self.spec.batch_tokens))
+            log_d = math.log(tokens_for_budget(model, budget, self.spec.grid.batch_tokens))
             jac = log_loss_jacobian(TRUE, float(r), np.array([float(sizes.N_once)]), np.array([float(sizes.N_rec)]),
                                     np.array([log_d]))[0]
             self.rows[key] = jac, PAPER_LAW.loss(sizes.N_once, sizes.N_rec, r, math.exp(log_d))
@@ -90,9 +90,9 @@ class Designs:
     def sd_phi(self, points: list[tuple[float, int, float, object]], noise: float | None = None,
                cell_noise: float | None = None, misspec: float | None = None) -> float:
         spec = self.spec
-        noise = spec.noise if noise is None else noise
-        cell_noise = spec.cell_noise if cell_noise is None else cell_noise
-        misspec = spec.misspec if misspec is None else misspec
+        noise = spec.simulation.noise if noise is None else noise
+        cell_noise = spec.simulation.cell_noise if cell_noise is None else cell_noise
+        misspec = spec.simulation.misspec if misspec is None else misspec
         rows = [self.row(b, r, s) for b, r, s, _ in points]
         jac = np.array([j for j, _ in rows])
         loss = np.array([v for _, v in rows])
@@ -183,7 +183,9 @@ def main() -> None:
           f"{designs.sd_phi(grid, cell_noise=0.0, misspec=0.0):.4f}, cell offsets alone "
           f"{designs.sd_phi(grid, noise=0.0, misspec=0.0):.4f}, smooth deviation alone "
           f"{designs.sd_phi(grid, noise=0.0, cell_noise=0.0):.4f}", flush=True)
-    phis = [ols_phi(quality.sweep("paper grid", dataclasses.replace(base, seed=seed), args.workers))
+    phis = [ols_phi(quality.sweep("paper grid", dataclasses.replace(base, sampling=dataclasses.replace(base.sampling,
+                                                                                                       seed=seed)),
+                                                                                                       args.workers))
             for seed in range(args.check_seeds)]
     rmse = math.sqrt(statistics.fmean((p - PAPER_LAW.phi) ** 2 for p in phis))
     print(f"   {args.check_seeds} simulated grid sweeps, least-squares fit: phi RMSE {rmse:.4f} "
@@ -192,11 +194,12 @@ def main() -> None:
     print(f"2. designs ({args.seeds} seeds each, {args.workers} workers)\n"
           f"   {'design':<28} {'FLOPs/grid':>10} {'sd(phi)':>8} {'var*FLOPs/grid':>14}")
     print(f"   {'paper grid':<28} {1.0:>10.1%} {grid_sd:>8.4f} {1.0:>14.2f}")
-    for label, information in ((f"law, information = {base.information:g}", base.information),
+    for label, information in ((f"law, information = {base.sampling.information:g}", base.sampling.information),
                                ("law, information = 0", 0.0)):
         sds, shares = [], []
         for seed in range(args.seeds):
-            spec = dataclasses.replace(base, seed=seed, information=information)
+            spec = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed,
+                                                                          information=information))
             runs = quality.sweep("law+branches", spec, args.workers)
             # a point's run is its trial's (budget, r, s): a branch point names its trial by run_id
             trial = {row.run_id: (row.budget_flops, int(row.r), float(row.s)) for row in runs.itertuples()}
@@ -207,7 +210,7 @@ def main() -> None:
         print(f"   {label:<28} {share:>10.1%} {sd:>8.4f} {sd * sd * share / grid_sd ** 2:>14.2f}", flush=True)
 
     print("3. bounds: a greedy design knowing the true law and optima, most variance of phi removed per FLOP")
-    fewest = fewest_trials(base.cells(), branches=True, deferred=base.deferred_budgets)
+    fewest = fewest_trials(base.cells(), branches=True, deferred=base.sampling.deferred_budgets)
     optimum = {k: quality.truth(base, c)[0] for k, c in designs.cells.items()}
 
     def nearest(c) -> int:  # index of the cell's width nearest its true optimum
@@ -239,9 +242,10 @@ def main() -> None:
 
     print(f"4. the bracket-rule bounds fitted like `loopscale analyze` (point estimate), {args.fit_seeds} seeds, paired "
           f"with the grid\n   {'design':<16} {'phi RMSE':>8} {'ratio to the grid (95% CI)':>27} {'|err|<=0.03':>11}")
-    errors = {label: np.array([fit_joint_law(simulated_runs(dataclasses.replace(base, seed=seed), points),
-                                             n_starts=100, n_bootstrap=0).phi - PAPER_LAW.phi
-                               for seed in range(args.fit_seeds)])
+    seeded = [dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed))
+              for seed in range(args.fit_seeds)]
+    errors = {label: np.array([fit_joint_law(simulated_runs(spec, points), n_starts=100, n_bootstrap=0).phi
+                               - PAPER_LAW.phi for spec in seeded])
               for label, points in {"paper grid": grid, **bounds}.items()}
     for label, err in errors.items():
         ratio, (low, high) = quality.rmse_ratio(err, errors["paper grid"])

@@ -91,8 +91,9 @@ def run(spec: SweepSpec, cell: Cell, s: float) -> dict:
 
 def truth(spec: SweepSpec, cell: Cell) -> tuple[float, float]:
     """(s*, L*) without the per-trial noise (the cell's offset and curve stay) over every allowed width."""
-    quiet = dataclasses.replace(spec, noise=0.0, tokens_per_param=None)
-    allowed = search_cell(quiet, cell.budget, cell.r).widths
+    quiet = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0),
+                                grid=dataclasses.replace(spec.grid, tokens_per_param=None))
+    allowed = search_cell(quiet.grid, quiet.sampling.trials_per_cell, cell.budget, cell.r).widths
     return min(((s, run(quiet, cell, s)["val_loss"]) for s in allowed), key=lambda t: t[1])
 
 
@@ -100,14 +101,14 @@ def sweep(method: str, spec: SweepSpec, workers: int,
           searcher_class: type[CellSearcher] = CellSearcher) -> pd.DataFrame:
     """The runs of one method: CellSearcher (or a subclass: bench_law_refit times its calls) on ``workers``
     slots, a trial lasting its budget / 1e17 time units."""
-    spec = dataclasses.replace(spec, branches=method.startswith("law+b"))
+    spec = dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, branches=method.startswith("law+b")))
     if method == "law+b info 0":
-        spec = dataclasses.replace(spec, information=0.0)
+        spec = dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, information=0.0))
     cells = spec.cells()
     if method == "paper grid":
         return pd.DataFrame([run(spec, c, s) for c, s in paper_grid_points(spec)])
     if not method.startswith("law"):
-        spec = dataclasses.replace(spec, sampler=method)
+        spec = dataclasses.replace(spec, sampling=dataclasses.replace(spec.sampling, sampler=method))
         # as many trials per cell as the grid used at that budget (cells() caps trials_per_cell by the widths)
         cells = [dataclasses.replace(c, n_trials=min(len(paper_widths(c.budget)), len(c.widths))) for c in cells]
     searcher = searcher_class(make_studies(spec, "search", None, cells))
@@ -162,7 +163,7 @@ def bracket_floor(spec: SweepSpec) -> float:
     cell, none in the ``deferred_budgets`` cells just below it, 1 in every other cell with warmdown branches,
     whose own cost is left out), each at the cell's first guess. No sampler of the rule that gives each smaller
     cell its first trial spends less; every wasted guess is above it."""
-    fewest = fewest_trials(spec.cells(), branches=True, deferred=spec.deferred_budgets)
+    fewest = fewest_trials(spec.cells(), branches=True, deferred=spec.sampling.deferred_budgets)
     return sum(fewest[c.key] * run(spec, c, c.first_guess)["flops_spent"] for c in spec.cells())
 
 
@@ -173,7 +174,7 @@ def branch_warmdowns(spec: SweepSpec) -> float:
     trial the warmdown of a run of the cell (objectives/branches.py), taken here from a trial of the next budget
     up at the cell's first guess."""
     cells = spec.cells()
-    fewest = fewest_trials(cells, branches=True, deferred=spec.deferred_budgets)
+    fewest = fewest_trials(cells, branches=True, deferred=spec.sampling.deferred_budgets)
     total = 0.0
     for c in cells:
         above = [o for o in cells if o.r == c.r and o.budget > c.budget]
@@ -206,11 +207,13 @@ def main() -> None:
     floor = bracket_floor(base)
     warmdowns = branch_warmdowns(base)
     cells_at = Counter(c.budget for c in base.cells())  # cells per budget (every seed has the same cells)
-    print(f"paper replay: {len(base.cells())} cells, noise {base.noise} / cell {base.cell_noise} / misspec "
-          f"{base.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
+    sim, sampling = base.simulation, base.sampling
+    print(f"paper replay: {len(base.cells())} cells, noise {sim.noise} / cell {sim.cell_noise} / misspec "
+          f"{sim.misspec} nats, {args.seeds} seeds ({args.first_seed}-{args.first_seed + args.seeds - 1}), "
           f"{args.workers} workers; paper grid {reference:.3g} FLOPs; "
-          f"law preset: cap {base.trials_per_cell} trials per cell, tolerance {base.tolerance} (log width); the "
-          f"bracket rule's floor (3 trials in each r's largest cell, none in the {base.deferred_budgets} budget(s) "
+          f"law preset: cap {sampling.trials_per_cell} trials per cell, tolerance {sampling.tolerance} (log width); "
+          "the "
+          f"bracket rule's floor (3 trials in each r's largest cell, none in the {sampling.deferred_budgets} budget(s) "
           f"just below it while a cheaper one remains, 1 elsewhere, branches "
           f"free) {floor / reference:.1%} of the grid, {(floor + warmdowns) / reference:.1%} with the warmdowns "
           f"of the branch points that bracket the other cells")
@@ -222,7 +225,7 @@ def main() -> None:
         phis, covers, widths, interior, paper, hits, regret, trials, points, flops = ([] for _ in range(10))
         by_budget: dict[float, list[tuple[float, float]]] = {}  # budget -> (FLOPs share, own trials per cell) per seed
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            spec = dataclasses.replace(base, seed=seed)
+            spec = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, seed=seed))
             runs = sweep(method, spec, args.workers).assign(status="ok")
             fit = fit_joint_law(runs, n_starts=args.starts)
             phis.append(fit.phi)
@@ -239,10 +242,10 @@ def main() -> None:
                 if cell.budget in PAPER_GRID:
                     paper.append(ok)
                 own = runs[(runs["budget_flops"] == cell.budget) & (runs["r"] == cell.r)]
-                s = (row["width_opt"] / spec.width_unit) if ok else float(own.loc[own["val_loss"].idxmin(), "s"])
+                s = (row["width_opt"] / spec.grid.width_unit) if ok else float(own.loc[own["val_loss"].idxmin(), "s"])
                 s = min(cell.widths, key=lambda w: abs(math.log(w / s)))
                 hits.append(abs(s - s_true) <= grid_step(cell.budget, s_true) + 1e-9)
-                quiet = dataclasses.replace(spec, noise=0.0)
+                quiet = dataclasses.replace(spec, simulation=dataclasses.replace(spec.simulation, noise=0.0))
                 regret.append(1000 * (run(quiet, cell, s)["val_loss"] - l_true))
             own = runs[runs["branch_of"] == ""] if "branch_of" in runs else runs  # a branch's cost is its trial's
             trials.append(len(own))
@@ -261,7 +264,8 @@ def main() -> None:
               f"{time.perf_counter() - started:.0f} s", flush=True)
         if args.by_budget:
             # the bracket rule's fewest trials, for the law sampler with or without branches as this method runs it
-            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"), deferred=base.deferred_budgets)
+            fewest = fewest_trials(base.cells(), branches=method.startswith("law+b"),
+                                   deferred=base.sampling.deferred_budgets)
             rule = {c.budget: fewest[c.key] for c in base.cells()}  # the same for every r of a budget here
             for budget in sorted(by_budget, reverse=True):
                 share, per_cell = np.mean(by_budget[budget], axis=0)

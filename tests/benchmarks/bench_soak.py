@@ -104,8 +104,8 @@ class Sampler(threading.Thread):
     def __init__(self, spec: SweepSpec, ray_dir: str, every: float):
         super().__init__(daemon=True)
         self.spec, self.ray_dir, self.every = spec, ray_dir, every
-        self.store = Path(spec.tracking_uri.removeprefix("sqlite:///"))
-        self.receipts = Path(spec.storage) / spec.name / "search" / "receipts"
+        self.store = Path(spec.placement.tracking_uri.removeprefix("sqlite:///"))
+        self.receipts = Path(spec.placement.storage) / spec.name / "search" / "receipts"
         self.samples: list[Sample] = []
         self.ray_cpu: dict[int, float] = {}  # per Ray process ever seen: its CPU time when last seen alive
         self.stop = threading.Event()
@@ -127,7 +127,7 @@ class Sampler(threading.Thread):
             self.ray_cpu[pid] = max(self.ray_cpu.get(pid, 0.0), cpu_seconds(pid))
         self.samples.append(Sample(time.monotonic() - self.started, trials, cpu_seconds("self") - self.own_cpu,
                                    sum(self.ray_cpu.values()), rss(), sum(rss(pid) for pid in ray_pids), store,
-                                   tree_bytes(Path(self.spec.storage))))
+                                   tree_bytes(Path(self.spec.placement.storage))))
 
 
 def sweep_spec(folder: Path, trials: int, sampler: str) -> SweepSpec:
