@@ -292,11 +292,11 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     if law.fixed_phi is None:
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
                                   options.bounds)
-    print(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
+    say(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
           f"{excluded_text(runs, options.stage)}\n  {law.phi_text()}", file=sys.stderr)
     fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
     for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
-        print(line, file=sys.stderr)
+        say(line, file=sys.stderr)
     if given:
         warn_extrapolation(budgets, used["budget_flops"])
     return law, template, batch_tokens, budgets, recurrences
@@ -312,6 +312,12 @@ def run_predict(args: argparse.Namespace) -> int:
     result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens)
     print("\n".join(prediction_lines(result, batch_tokens)))
     return 0
+
+
+def say(text: str, file=None) -> None:
+    """Print ``text`` (to stdout, or ``file``) with every line within ``numbers.COLUMNS``: a sweep's path or a
+    list of warnings in it can make a line of any length."""
+    print(numbers.wrap(text), file=file or sys.stdout, flush=True)
 
 
 def warn_extrapolation(budgets, fitted_budgets) -> None:

@@ -97,4 +97,5 @@ def _wrap_line(line: str) -> list[str]:
     if len(line) <= COLUMNS:
         return [line]
     indent = " " * (len(line) - len(line.lstrip()) + 2)
-    return textwrap.wrap(line, COLUMNS, subsequent_indent=indent, break_on_hyphens=False)
+    # a word longer than a line (a path) stays whole, to be copied
+    return textwrap.wrap(line, COLUMNS, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
