@@ -236,7 +236,7 @@ def test_faulty_trials_are_retried_a_bounded_number_of_times_recorded_and_exclud
     assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out",
                  str(out_dir),
                  "--n-starts", "50", "--n-bootstrap", "0", "--no-log"]) == 0
-    report = capsys.readouterr().out
+    report = " ".join(capsys.readouterr().out.split())  # its long lines wrap at 120 columns
     assert "16 runs, 13 used, 3 excluded" in report
     assert "excluded: 3 runs:" in report and "1 invalid (the objective returned val_loss = nan" in report
     assert "1 failed (worker process died: Worker exit type: SYSTEM_ERROR" in report
