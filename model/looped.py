@@ -1,8 +1,9 @@
 """The looped transformer: prelude -> shared block run r times -> coda (Schwethelm et al. 2026, Sec. 3).
 
-Block: pre-norm RMSNorm (learnable scale), attention with RoPE then parameter-free QK RMSNorm, squared-ReLU
-MLP 4d wide, no biases. Model-level RMSNorms after the embedding, at the end of every recurrence (looped
-models only) and before the untied LM head; logits soft-capped ``c * tanh(x / c)`` in fp32.
+Block: pre-norm RMSNorm (learnable scale), attention with RoPE (``apply_rotary``: adjacent dimension pairs, one
+complex multiply) then parameter-free QK RMSNorm, squared-ReLU MLP 4d wide, no biases. Model-level RMSNorms
+after the embedding, at the end of every recurrence (looped models only) and before the untied LM head; logits
+soft-capped ``c * tanh(x / c)`` in fp32, and the loss fused with the head on CPU (model/lm_head.py).
 
 Injection of the prelude output e into every recurrence (state h):
   linear    u_t = W [e ; h_t], W (d x 2d) initialised [I | 0], h_0 = e
@@ -31,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import LoopedConfig
+from .lm_head import capped_cross_entropy, capped_logits
 
 
 class RMSNorm(nn.Module):
@@ -45,18 +47,27 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
 
 
-def rotary_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables of shape (T, head_dim / 2) for rotating the two halves of each head."""
+def rotary_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
+    """The rotation of each position, (T, head_dim / 2, 2) as (cos, sin) of t w_j, w_j = theta^(-2j / head_dim):
+    a real tensor (buffers of every dtype travel through ``.to`` and DDP), read as complex by ``apply_rotary``."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    return torch.stack((angles.cos(), angles.sin()), dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (x1, x2) halves of the last dim by position; x is (B, H, T, head_dim)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """RoPE on x (B, T, heads, head_dim): dims (2j, 2j + 1) form z_j = x_2j + i x_2j+1, turned clockwise by
+    position, z_j exp(-i t w_j), in fp32. Eager: one complex multiply (bf16 has no complex type, hence fp32);
+    compiled: the same rotation in reals, (x_2j cos + x_2j+1 sin, x_2j+1 cos - x_2j sin), which Inductor fuses
+    (it generates no code for complex arithmetic)."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    turn = rope[: x.size(1)].unsqueeze(1)  # (T, 1, head_dim / 2, 2)
+    if torch.compiler.is_compiling():
+        (even, odd), (cos, sin) = pairs.unbind(-1), turn.unbind(-1)
+        turned = torch.stack((even * cos + odd * sin, odd * cos - even * sin), dim=-1)
+    else:
+        turned = torch.view_as_real(torch.view_as_complex(pairs) * torch.view_as_complex(turn).conj())
+    return turned.flatten(-2).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -66,14 +77,15 @@ class Attention(nn.Module):
         self.n_heads, self.head_dim, self.eps = config.n_heads, config.head_dim, config.norm_eps
         self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
-        # (B, T, d) -> (B, H, T, head_dim)
-        q, k, v = (p(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
-        q, k = apply_rotary(q, cos[:T], sin[:T]), apply_rotary(k, cos[:T], sin[:T])
-        q = F.rms_norm(q, (self.head_dim,), eps=self.eps)  # QK-norm after RoPE, no parameters
-        k = F.rms_norm(k, (self.head_dim,), eps=self.eps)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash kernels on GPU
+        H, hd = self.n_heads, self.head_dim
+        # q and k side by side, (B, T, 2H, hd), so that RoPE and the QK-norm are one operation each
+        qk = torch.stack((self.q(x), self.k(x)), dim=2).view(B, T, 2 * H, hd)
+        qk = F.rms_norm(apply_rotary(qk, rope), (hd,), eps=self.eps)  # QK-norm after RoPE, no parameters
+        q, k = qk.transpose(1, 2).split(H, dim=1)  # (B, H, T, hd) each
+        v = self.v(x).view(B, T, H, hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # flash kernels on GPU and CPU
         return self.o(y.transpose(1, 2).reshape(B, T, d))
 
 
@@ -95,8 +107,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.width, config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
+    def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -152,9 +164,8 @@ class LoopedLM(nn.Module):
         self.recur_norm = RMSNorm(d, config.norm_eps) if config.looped else None
         self.final_norm = RMSNorm(d, config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
-        cos, sin = rotary_tables(config.seq_len, config.head_dim, config.rope_theta)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope", rotary_tables(config.seq_len, config.head_dim, config.rope_theta),
+                             persistent=False)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -204,47 +215,45 @@ class LoopedLM(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets."""
-        cos, sin = self.rope_cos, self.rope_sin
+        rope = self.rope
         x = self.embed_norm(self.embed(idx))
         for block in self.prelude:
-            x = block(x, cos, sin)
-        x = self._recur(x, cos, sin) if self.config.looped else self._run(self.core, x, cos, sin)
+            x = block(x, rope)
+        x = self._recur(x, rope) if self.config.looped else self._run(self.core, x, rope)
         for block in self.coda:
-            x = block(x, cos, sin)
-        logits = self.lm_head(self.final_norm(x)).float()
-        cap = self.config.logit_softcap
-        logits = cap * torch.tanh(logits / cap)
+            x = block(x, rope)
+        x = self.final_norm(x)
         if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+            return capped_logits(self.lm_head(x), self.config.logit_softcap)
+        return capped_cross_entropy(x, self.lm_head.weight, targets, self.config.logit_softcap)
 
     @staticmethod
-    def _run(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _run(blocks: nn.ModuleList, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         for block in blocks:
-            x = block(x, cos, sin)
+            x = block(x, rope)
         return x
 
-    def _recur(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _recur(self, e: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """Run the shared block r times on the prelude output e; the first r - k run without gradients."""
         cfg = self.config
         if isinstance(self.inject, HyperConnections):
-            return self._hyperconnect(e, cos, sin)
+            return self._hyperconnect(e, rope)
         h = torch.zeros_like(e) if cfg.injection == "additive" else e
         no_grad_steps = cfg.r - cfg.grad_recurrences
         for step in range(cfg.r):
             with torch.no_grad() if step < no_grad_steps else contextlib.nullcontext():
-                h = self.recurrence(e, h, cos, sin)
+                h = self.recurrence(e, h, rope)
         return h
 
-    def _hyperconnect(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _hyperconnect(self, e: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """K lanes through r recurrences (full backprop: the config refuses truncation); the coda reads their sum."""
         lanes = e.unsqueeze(0).expand(self.config.lanes, *e.shape)
         for step in range(self.config.r):
-            s = self.recur_norm(self._run(self.core, self.inject.read(lanes, step), cos, sin))
+            s = self.recur_norm(self._run(self.core, self.inject.read(lanes, step), rope))
             lanes = self.inject.write(lanes, s, step)
         return lanes.sum(0)
 
-    def recurrence(self, e: torch.Tensor, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def recurrence(self, e: torch.Tensor, h: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """One application of the shared block: inject e into the state h, run the block, normalise."""
         if self.config.injection == "linear":
             u = self.inject(torch.cat((e, h), dim=-1))
@@ -252,4 +261,4 @@ class LoopedLM(nn.Module):
             u = h + e
         else:
             u = h
-        return self.recur_norm(self._run(self.core, u, cos, sin))
+        return self.recur_norm(self._run(self.core, u, rope))

@@ -21,20 +21,19 @@ def idx_for(m: LoopedLM) -> torch.Tensor:
 
 def head(m: LoopedLM, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """Prelude -> ``x(e)`` -> coda -> capped logits, by hand."""
-    cos, sin = m.rope_cos, m.rope_sin
     e = m.embed_norm(m.embed(idx))
     for block in m.prelude:
-        e = block(e, cos, sin)
+        e = block(e, m.rope)
     h = x(e)
     for block in m.coda:
-        h = block(h, cos, sin)
+        h = block(h, m.rope)
     cap = m.config.logit_softcap
     return cap * torch.tanh(m.lm_head(m.final_norm(h)) / cap)
 
 
 def shared(m: LoopedLM, u: torch.Tensor) -> torch.Tensor:
     for block in m.core:
-        u = block(u, m.rope_cos, m.rope_sin)
+        u = block(u, m.rope)
     return m.recur_norm(u)
 
 

@@ -59,13 +59,13 @@ def ref_rms(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
 
 
 def ref_rope(x: torch.Tensor) -> torch.Tensor:
-    """RoPE on (B, H, T, hd) as complex numbers: dims (j, j + hd/2) form z_j, rotated by position t at
+    """RoPE on (B, H, T, hd) as complex numbers: dims (2j, 2j + 1) form z_j, rotated by position t at
     frequency theta^(-2j/hd). The angle's sign is a convention (both signs give scores that depend on
     position differences only); the model's is clockwise, z_j * exp(-i t w_j)."""
     hd, t = x.size(-1), torch.arange(x.size(-2), dtype=torch.float64)
     w = THETA ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
-    z = torch.complex(x[..., : hd // 2].double(), x[..., hd // 2:].double()) * torch.exp(-1j * torch.outer(t, w))
-    return torch.cat((z.real, z.imag), -1).to(x.dtype)
+    z = torch.complex(x[..., 0::2].double(), x[..., 1::2].double()) * torch.exp(-1j * torch.outer(t, w))
+    return torch.stack((z.real, z.imag), -1).flatten(-2).to(x.dtype)
 
 
 def ref_block(x: torch.Tensor, w: dict[str, torch.Tensor], name: str, head_dim: int) -> torch.Tensor:
@@ -131,7 +131,7 @@ def test_r1_is_a_plain_transformer():
 def prelude_output(m: LoopedLM, idx: torch.Tensor) -> torch.Tensor:
     x = m.embed_norm(m.embed(idx))
     for block in m.prelude:
-        x = block(x, m.rope_cos, m.rope_sin)
+        x = block(x, m.rope)
     return x
 
 

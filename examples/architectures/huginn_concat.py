@@ -9,7 +9,7 @@ What sets it apart from loopscale's built-in linear injection, at the same prelu
 The shared block then maps u_t to h_{t+1} = norm(block(u_t)) and the coda reads h_r. At r = 1 the model is the
 same plain 20-layer stack as the built-in's, so both families share their r = 1 baseline.
 
-Blocks, norms and rotary tables are loopscale's own (``loopscale.model.looped``), so only the loop differs.
+Blocks, norms, rotary tables and the capped head are loopscale's own (``loopscale.model.looped``), so only the loop differs.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from loopscale.model import LoopedConfig
+from loopscale.model.lm_head import capped_cross_entropy, capped_logits
 from loopscale.model.looped import Block, RMSNorm, rotary_tables
 
 
@@ -43,9 +43,8 @@ class ConcatAdapterLM(nn.Module):
         self.coda = nn.ModuleList(Block(config) for _ in range(config.n_coda))
         self.final_norm = RMSNorm(d, config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
-        cos, sin = rotary_tables(config.seq_len, config.head_dim, config.rope_theta)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope", rotary_tables(config.seq_len, config.head_dim, config.rope_theta),
+                             persistent=False)
         self._initialise()
 
     @torch.no_grad()
@@ -60,32 +59,31 @@ class ConcatAdapterLM(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """idx (B, T) -> fp32 logits (B, T, V), or the mean cross-entropy (nats) against targets."""
-        cos, sin = self.rope_cos, self.rope_sin
+        rope = self.rope
         x = self.embed_norm(self.embed(idx))
         for block in self.prelude:
-            x = block(x, cos, sin)
-        x = self._loop(x, cos, sin) if self.config.looped else self._stack(self.core, x, cos, sin)
-        x = self._stack(self.coda, x, cos, sin)
-        cap = self.config.logit_softcap
-        logits = cap * torch.tanh(self.lm_head(self.final_norm(x)).float() / cap)
+            x = block(x, rope)
+        x = self._loop(x, rope) if self.config.looped else self._stack(self.core, x, rope)
+        x = self._stack(self.coda, x, rope)
+        x = self.final_norm(x)
         if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+            return capped_logits(self.lm_head(x), self.config.logit_softcap)
+        return capped_cross_entropy(x, self.lm_head.weight, targets, self.config.logit_softcap)
 
-    def _loop(self, e: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _loop(self, e: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         """r recurrences from a noise state; the first r - bptt_k run without gradients."""
         h = torch.randn_like(e) * self.state_std
         forward_only = self.config.r - self.config.grad_recurrences
         for step in range(self.config.r):
             with torch.no_grad() if step < forward_only else contextlib.nullcontext():
                 u = self.adapter(torch.cat((h, e), dim=-1))
-                h = self.state_norm(self._stack(self.core, u, cos, sin))
+                h = self.state_norm(self._stack(self.core, u, rope))
         return h
 
     @staticmethod
-    def _stack(blocks: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _stack(blocks: nn.ModuleList, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         for block in blocks:
-            x = block(x, cos, sin)
+            x = block(x, rope)
         return x
 
 

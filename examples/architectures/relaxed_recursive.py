@@ -76,11 +76,11 @@ class RelaxedRecursiveLM(LoopedLM):
         self._loop = 0
         return super().forward(idx, targets)
 
-    def recurrence(self, e: torch.Tensor, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def recurrence(self, e: torch.Tensor, h: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         for lora in self.relaxed:
             lora.loop = self._loop
         self._loop += 1
-        return super().recurrence(e, h, cos, sin)
+        return super().recurrence(e, h, rope)
 
 
 def build(config: LoopedConfig, rank: int = 8) -> RelaxedRecursiveLM:
