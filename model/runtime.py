@@ -1,14 +1,18 @@
 """Device-dependent speed options: bf16 autocast and ``torch.compile``.
 
 Both are requested by the caller and applied only where they pay off: bf16 on CUDA; ``torch.compile`` on
-CUDA, and on CPU when the caller asks for it too (``cpu=True``): on CPU compiled steps run faster than eager,
-after tens of seconds of compilation per shape (docs/log.md has the figures). That warm-up is paid once per
-shape per sweep: ``cache_dir`` points Inductor's on-disk caches (FX graph cache,
-AOTAutograd cache; TORCHINDUCTOR_CACHE_DIR) at a folder the sweep's trials share, so a later trial of the
-same shape, in any process, loads the compiled graphs instead of compiling them; each compile starts from a
-clean in-memory state (``torch._dynamo.reset``), so a process that runs many trials keeps compiling them.
-Eager stays the default on CPU (tests, tiny trials) and the reason string says what ran, so a sweep spec is
-portable.
+CUDA (the whole model, one graph), and on CPU when the caller asks for it too (``cpu=True``). On CPU the
+compiled unit is the transformer ``Block`` (every one of the model, which all share one shape): a width compiles
+once whatever r, into a small graph (10-20 s cold on this project's 2-core machine, against 36-60 s for the
+whole model), and the rest of the step (the loop, the fused LM head of model/lm_head.py) stays eager.
+An architecture without ``Block`` modules is compiled whole.
+
+The warm-up is paid once per shape per machine: Inductor's on-disk caches (FX graph cache, AOTAutograd cache;
+TORCHINDUCTOR_CACHE_DIR) live in ``compile_cache_dir()``, a user cache folder that every trial of every sweep
+on the machine shares, so a later trial of a shape, in any process and any sweep, loads the compiled graphs
+instead of compiling them. Each compile starts from a clean in-memory state (``torch._dynamo.reset``), so a
+process that runs many trials keeps compiling them. Eager stays the default on CPU (tests, tiny trials) and the
+reason string says what ran, so a sweep spec is portable.
 """
 
 from __future__ import annotations
@@ -17,6 +21,13 @@ import contextlib
 import os
 
 import torch
+
+from .user_cache import user_cache_dir
+
+
+def compile_cache_dir() -> str:
+    """Where compiled graphs are kept for every sweep on this machine (module docstring)."""
+    return user_cache_dir("inductor")
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -35,20 +46,27 @@ def autocast(device: torch.device, bf16: bool) -> contextlib.AbstractContextMana
 
 def maybe_compile(module: torch.nn.Module, device: torch.device, enabled: bool, *, cpu: bool = False,
                   cache_dir: str | None = None) -> tuple[torch.nn.Module, str]:
-    """``torch.compile`` the module on CUDA when asked, and on CPU when ``cpu`` too; compiled artifacts are
-    cached under ``cache_dir`` (module docstring). Returns (module, reason) where reason says what ran."""
+    """``torch.compile`` the module on CUDA when asked, and its blocks on CPU when ``cpu`` too; compiled graphs
+    are cached under ``cache_dir`` (default ``compile_cache_dir()``; module docstring). Returns (module, reason)
+    where reason says what ran."""
     if not enabled:
         return module, "eager (compile not requested)"
     if device.type != "cuda" and not cpu:
         return module, "eager (compile skipped on CPU: not requested for CPU)"
-    if cache_dir:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir)  # read by Inductor at each compile
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(cache_dir or compile_cache_dir())  # read at each compile
     import torch._dynamo
     import torch._inductor.config as inductor_config  # lazily: importing Inductor costs seconds
 
+    from .looped import Block
+
     inductor_config.fx_graph_cache = True
     # A process may run many trials (Tune reuses its actors), and Dynamo keeps at most recompile_limit (8) graphs
-    # per code object: each shape adds two (training and evaluation), so from the fifth shape on LoopedLM.forward
+    # per code object: each shape adds two (training and evaluation), so from the fifth shape on the model
     # would run eager, silently. Each trial compiles as in a fresh process instead; the on-disk caches stay.
     torch._dynamo.reset()
-    return torch.compile(module), "compiled"
+    blocks = [m for m in module.modules() if isinstance(m, Block)] if device.type != "cuda" else []
+    if not blocks:
+        return torch.compile(module), "compiled"
+    for block in blocks:
+        block.compile()
+    return module, "compiled"

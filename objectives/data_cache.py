@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from loopscale.model.user_cache import user_cache_dir
+
 from .data_bpe import open_tokenizer, tokenizer_fingerprint
 from .data_sources import document_batches
 from .data_spec import normalize_data, source_identity
@@ -40,8 +42,7 @@ FLUSH_TOKENS = 1 << 20
 
 def default_cache_dir() -> str:
     """``$XDG_CACHE_HOME/loopscale/data`` (``~/.cache/loopscale/data``): used when a trial names none."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "loopscale", "data")
+    return user_cache_dir("data")
 
 
 def data_fingerprint(data: dict[str, Any] | None, seq_len: int, val_tokens: int) -> str:

@@ -55,7 +55,6 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -120,7 +119,7 @@ def train(trial: TrialConfig, report: Report | None = None,
             optimizer.load_state_dict(state)
         set_rng_state(saved["rng"])
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
-                                          cpu=recipe["compile_cpu"], cache_dir=compile_cache_dir(trial))
+                                          cpu=recipe["compile_cpu"])
     loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
     branches = branch_plan(branch_budgets(trial), recipe["warmdown_frac"], config, trial.budget_flops, plan["steps"],
                            batch_tokens)
@@ -155,11 +154,6 @@ def train(trial: TrialConfig, report: Report | None = None,
         **branch_metrics(outcome["branches"], plan["flops_per_token"], batch_tokens),
         **outcome["resumed"],
     }
-
-
-def compile_cache_dir(trial: TrialConfig) -> str:
-    """Where a trial's compiled graphs are cached: under the sweep's shared cache_dir, so trials share them."""
-    return str(Path(trial.cache_dir or default_cache_dir()) / "inductor")
 
 
 class _TrainLoop:

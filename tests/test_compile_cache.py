@@ -1,5 +1,6 @@
-"""torch.compile on CPU pays its warm-up once per shape per sweep: a second trial of the same shape, in a fresh
-process, loads the compiled graphs from the compile cache in the sweep's cache_dir; and a process that runs trial
+"""torch.compile on CPU pays its warm-up once per shape per machine: a trial of the same shape in another sweep
+(another cache_dir), in a fresh process, loads the compiled graphs from the user's compile cache; a trial of
+another r at the same width reuses them too (the compiled unit is the block); and a process that runs trial
 after trial (a reused Tune actor) keeps compiling them."""
 
 from __future__ import annotations
@@ -9,12 +10,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from loopscale.objectives.train import compile_cache_dir
 
 # One tiny trial with compile_cpu on, in a process of its own; prints the compile caches' counters: hits of the
 # FX graph cache or of the AOTAutograd cache (which serves forward and backward graphs whole), FX graph misses.
@@ -22,9 +21,9 @@ SCRIPT = """
 import json, sys
 from torch._dynamo.utils import counters
 from loopscale.objectives import TrialConfig, train
-cache = sys.argv[1]
+cache, r = sys.argv[1], int(sys.argv[2])
 template = dict(depth=4, prelude=1, coda=1, width_unit=16, head_dim=16, seq_len=64, vocab_size=256)
-result = train(TrialConfig(budget_flops=2e9, s=1.0, r=2, template=template, batch_tokens=1024, seed=0,
+result = train(TrialConfig(budget_flops=2e9, s=1.0, r=r, template=template, batch_tokens=1024, seed=0,
                            data={"source": "kjv"}, cache_dir=cache, val_tokens=1024, num_threads=1,
                            recipe={"ref_batch": 1024, "compile_cpu": True, "log_every": 1000}))
 print(json.dumps({"status": result["status"], "steps": result["steps"],
@@ -54,28 +53,33 @@ print(json.dumps(graphs))
 """
 
 
-def run_trial(cache: Path, script: str = SCRIPT) -> Any:
-    done = subprocess.run([sys.executable, "-c", script, str(cache)], capture_output=True, text=True, timeout=1200,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")})
+def run_trial(home: Path, sweep_cache: Path, script: str = SCRIPT, r: int = 2) -> Any:
+    """The script in a fresh process whose user cache folder is ``home`` (the machine's compile cache under it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    done = subprocess.run([sys.executable, "-c", script, str(sweep_cache), str(r)], capture_output=True, text=True,
+                          timeout=1200, env={**env, "XDG_CACHE_HOME": str(home)})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
-def test_a_second_trial_of_the_same_shape_reuses_the_compiled_graphs(tmp_path):
-    first = run_trial(tmp_path)
+def test_a_trial_of_another_sweep_reuses_the_compiled_graphs(tmp_path):
+    first = run_trial(tmp_path / "home", tmp_path / "sweep-1")
     assert first["status"] == "ok" and first["steps"] > 0
     assert first["miss"] > 0 and first["hit"] == 0  # compiled from scratch ...
-    cached = Path(compile_cache_dir(SimpleNamespace(cache_dir=str(tmp_path))))  # the trials' TrialConfig field
-    assert any(cached.rglob("*")), "nothing was written to the sweep's compile cache"
-    second = run_trial(tmp_path)
+    cached = tmp_path / "home" / "loopscale" / "inductor"
+    assert any(cached.rglob("*")), "nothing was written to the machine's compile cache"
+    assert not (tmp_path / "sweep-1" / "inductor").exists()
+    second = run_trial(tmp_path / "home", tmp_path / "sweep-2")
     assert second["status"] == "ok"
     assert second["hit"] > 0 and second["miss"] == 0  # ... then every graph came from the cache
+    other_r = run_trial(tmp_path / "home", tmp_path / "sweep-2", r=1)
+    assert other_r["status"] == "ok" and other_r["hit"] > 0 and other_r["miss"] == 0  # the same blocks, looped more
 
 
 @pytest.mark.slow
 def test_a_process_running_trial_after_trial_keeps_compiling(tmp_path):
     """Dynamo falls back to eager, silently, once a function has recompile_limit graphs; without a reset per trial
     a reused actor's fifth width (here, with the limit at 2, its second) would train eager."""
-    first, second = run_trial(tmp_path, SAME_PROCESS)
+    first, second = run_trial(tmp_path / "home", tmp_path / "sweep", SAME_PROCESS)
     assert first > 0 and second > 0
