@@ -3,8 +3,8 @@
 Logits are capped as in the paper's model (Schwethelm et al. 2026; from nanochat): ``l = c tanh(z / c)`` with
 ``z = h W^T`` in fp32, and the loss is the mean cross-entropy of ``l`` against the targets, in nats.
 
-On CUDA (and wherever ``torch.compile`` traces the model, or on the meta device where accounting runs) the
-head is written out plainly, so the compiler fuses it. In CPU eager mode the (tokens x vocab) logits are the
+On CUDA (and wherever ``torch.compile`` traces the model, on the meta device where accounting runs, or with
+``runtime.EAGER_FUSIONS`` off) the head is written out plainly, so the compiler fuses it. In CPU eager mode the (tokens x vocab) logits are the
 largest tensors of a small model's step (4 MiB at 4,096 tokens and a byte vocabulary), and every element-wise
 pass over them runs at memory speed: the plain head took ~20 ms of a 70-140 ms demo step. The fused path
 works through the rows in chunks that stay in cache, and computes the gradients in the same pass:
@@ -25,8 +25,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import runtime
+
 CHUNK_ELEMENTS = 1 << 16  # logits per chunk: 256 KiB in fp32, within a core's L2 cache
 MIN_CHUNK_ROWS = 16
+MAX_FUSED_CAP = 40.0  # exp(2c) stays finite in fp32 (the fused path skips softmax's max); the paper's c is 15
 
 
 def capped_logits(z: torch.Tensor, cap: float) -> torch.Tensor:
@@ -37,7 +40,7 @@ def capped_logits(z: torch.Tensor, cap: float) -> torch.Tensor:
 def capped_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float) -> torch.Tensor:
     """Mean cross-entropy (nats) of the capped logits of h (..., d) against targets (...) (module docstring)."""
     h2, t = h.reshape(-1, h.size(-1)), targets.reshape(-1)
-    if h.device.type != "cpu" or torch.compiler.is_compiling():
+    if h.device.type != "cpu" or runtime.plain_formulas() or cap > MAX_FUSED_CAP:
         return F.cross_entropy(capped_logits(F.linear(h2, weight), cap), t)
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
         return _FusedCappedCrossEntropy.apply(h2, weight, t, cap)
@@ -50,28 +53,31 @@ def _chunk_rows(vocab: int) -> int:
 
 
 def _chunked(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float, grads: bool):
-    """(mean loss, dL/dh, dL/dW) over row chunks; the gradients are None unless ``grads``."""
+    """(mean loss, dL/dh, dL/dW) over row chunks; the gradients are None unless ``grads``. Each chunk makes ~10
+    passes over its logits (the fewest the formulas allow in eager PyTorch), every one in cache."""
     n = h.size(0)
     wide = torch.promote_types(h.dtype, torch.float32)  # the head in fp32 at least, as capped_logits
     total = torch.zeros((), dtype=wide)
     dh = torch.empty_like(h) if grads else None
     dw = torch.zeros_like(weight) if grads else None
+    to_y = weight.t().to(wide) * (2 / cap)  # y = 2 z / c straight out of the matmul
     step = _chunk_rows(weight.size(0))
     for start in range(0, n, step):
         hc, tc = h[start:start + step], targets[start:start + step]
         rows = torch.arange(len(tc))
-        s = torch.mm(hc, weight.t()).to(wide).mul_(2 / cap).sigmoid_()
+        s = torch.mm(hc.to(wide), to_y).sigmoid_()
         u = s * (2 * cap)
-        lse = torch.logsumexp(u, dim=1, keepdim=True)
-        total += (lse.squeeze(1) - u[rows, tc]).sum()
+        e = u.exp()  # u lies in (0, 2c): no overflow below c = 44, so no max is subtracted (a pass saved)
+        sum_e = e.sum(dim=1, keepdim=True)
+        total += (sum_e.log().squeeze(1) - u[rows, tc]).sum()
         if not grads:
             continue
-        g = u.sub_(lse).exp_()  # p = softmax(u), in u's memory
+        g = e.div_(sum_e)  # p = softmax(u)
         g[rows, tc] -= 1.0
-        g.mul_(s).mul_(s.neg_().add_(1.0)).mul_(4.0 / n)  # dL/dz = (p - t) 4 s (1 - s) / n
+        g.mul_(torch.addcmul(s, s, s, value=-1.0, out=u))  # (p - t) s (1 - s); the 4 / n goes to the matmuls
         g = g.to(h.dtype)
-        torch.mm(g, weight, out=dh[start:start + len(tc)])
-        dw.addmm_(g.t(), hc)
+        torch.mm(g, weight, out=dh[start:start + len(tc)]).mul_(4.0 / n)
+        dw.addmm_(g.t(), hc, alpha=4.0 / n)
     return total / n, dh, dw
 
 

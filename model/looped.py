@@ -31,6 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import runtime
 from .config import LoopedConfig
 from .lm_head import capped_cross_entropy, capped_logits
 
@@ -58,11 +59,11 @@ def rotary_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """RoPE on x (B, T, heads, head_dim): dims (2j, 2j + 1) form z_j = x_2j + i x_2j+1, turned clockwise by
     position, z_j exp(-i t w_j), in fp32. Eager: one complex multiply (bf16 has no complex type, hence fp32);
-    compiled: the same rotation in reals, (x_2j cos + x_2j+1 sin, x_2j+1 cos - x_2j sin), which Inductor fuses
+    compiled (or ``runtime.EAGER_FUSIONS`` off): the same rotation in reals, (x_2j cos + x_2j+1 sin, x_2j+1 cos - x_2j sin), which Inductor fuses
     (it generates no code for complex arithmetic)."""
     pairs = x.float().unflatten(-1, (-1, 2))
     turn = rope[: x.size(1)].unsqueeze(1)  # (T, 1, head_dim / 2, 2)
-    if torch.compiler.is_compiling():
+    if runtime.plain_formulas():
         (even, odd), (cos, sin) = pairs.unbind(-1), turn.unbind(-1)
         turned = torch.stack((even * cos + odd * sin, odd * cos - even * sin), dim=-1)
     else:
@@ -96,7 +97,24 @@ class MLP(nn.Module):
         self.proj = nn.Linear(config.mlp_hidden, config.width, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.relu(self.fc(x)).square())
+        h = self.fc(x)
+        return self.proj(F.relu(h).square() if runtime.plain_formulas() else _ReluSquare.apply(h))
+
+
+class _ReluSquare(torch.autograd.Function):
+    """relu(x)^2 with a two-pass backward, 2 relu(x) g, where autograd's takes three (the MLP's activations are a
+    small model's largest tensors after the logits, and each pass over them runs at memory speed on CPU)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(x)
+        ctx.save_for_backward(y)
+        return y * y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return (grad * y).mul_(2.0)
 
 
 class Block(nn.Module):

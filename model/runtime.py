@@ -18,16 +18,45 @@ reason string says what ran, so a sweep spec is portable.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import sys
 
 import torch
 
 from .user_cache import user_cache_dir
 
 
+# The eager formulations that beat the plain formulas on CPU (the fused LM head and loss of model/lm_head.py,
+# RoPE as one complex multiply in model/looped.py); False runs the plain formulas everywhere, as a compiled or
+# CUDA step does: benchmarks time the one against the other, tests check that they agree.
+EAGER_FUSIONS = True
+
+
+def plain_formulas() -> bool:
+    """Whether the model writes its formulas out plainly here: when asked, and wherever Dynamo traces it."""
+    return not EAGER_FUSIONS or torch.compiler.is_compiling()
+
+
 def compile_cache_dir() -> str:
     """Where compiled graphs are kept for every sweep on this machine (module docstring)."""
     return user_cache_dir("inductor")
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed blocks of up to 32 MiB for reuse instead of handing them back to the kernel (mallopt
+    M_MMAP_THRESHOLD 32 MiB, its maximum, and M_TRIM_THRESHOLD 1 GiB). By default blocks above 128 KiB are
+    mapped afresh at each allocation, and a CPU step's activations (0.5-4 MiB at the demo's shapes) then pay
+    page faults on first touch every step: 1-3% of a demo step, measured two trials side by side
+    (docs/performance.md). The process keeps its peak memory. Linux with glibc only; elsewhere a no-op (False)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # musl and other C libraries
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def pick_device(requested: str = "auto") -> torch.device:
