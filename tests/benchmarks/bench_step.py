@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import torch
 
-from loopscale.model import LoopedConfig, flops_per_token, runtime
+from loopscale.model import flops_per_token, runtime
 from loopscale.model.looped import LoopedLM
 from loopscale.objectives import TrialConfig
 from loopscale.objectives.muonh import MuonH
