@@ -79,11 +79,13 @@ def write_sweep(folder: Path, sampler: str = "grid") -> SweepSpec:
 class Driver:
     """``python -m search.cli search SPEC [--resume]`` with its output read line by line in the background."""
 
-    def __init__(self, spec: SweepSpec, ray_dir: str, resume: bool):
+    def __init__(self, spec: SweepSpec, ray_dir: str, resume: bool, own_group: bool = False):
+        """``own_group``: the driver leads a process group of its own (with the Ray it starts), as a batch job's
+        or ``timeout``'s command does, so that a test can signal the whole group."""
         env = {**os.environ, "RAY_TMPDIR": ray_dir}  # PYTHONPATH as given: it names the loopscale under test
         command = [sys.executable, "-m", "loopscale.search.cli", "search", spec.source] + (["--resume"] if resume else [])
         self.process = subprocess.Popen(command, cwd=Path(spec.source).parent, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=own_group)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -17,7 +17,7 @@ from ray import tune
 
 from loopscale.objectives import TrialConfig, train
 from loopscale.search import SweepSpec
-from test_kill_resume import Driver, ray_dir, trial_runs  # noqa: F401 (fixture)
+from test_kill_resume import Driver, kill_leftovers, ray_dir, trial_runs  # noqa: F401 (fixture)
 from test_spec import base_spec, to_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -159,6 +159,24 @@ def test_a_trial_stopped_by_sigterm_checkpoints_first_and_resumes_there(tmp_path
     assert not first.wait_for("never printed", 1, timeout_s=120)
     assert first.process.wait(timeout=30) == 128 + signal.SIGTERM, "".join(first.output)
     assert any("take a checkpoint before the sweep stops" in line for line in first.output), "".join(first.output)
+    finished_sweep(spec, Driver(spec, ray_dir, resume=True))
+    check_resumed_run(spec)
+
+
+def test_a_sigterm_to_the_whole_process_group_stops_the_driver_and_the_sweep_resumes(tmp_path, ray_dir):
+    """``timeout``, ``kill -- -PGID`` and batch systems signal every process of the group: Ray's own processes end
+    with the driver's, so the checkpoint request cannot reach the trial. The driver gives up on it (2 s, not a
+    put retried at full CPU for minutes), Ray's clean-up waits for its store (Ray's 60 s), and --resume finishes the
+    trial from its last periodic checkpoint."""
+    spec = write_sweep(tmp_path / "group")
+    first = Driver(spec, ray_dir, resume=False, own_group=True)
+    first_checkpoint(spec, first)
+    os.killpg(first.process.pid, signal.SIGTERM)
+    assert not first.wait_for("never printed", 1, timeout_s=150)
+    assert first.process.wait(timeout=30) != 0
+    said = "".join(first.output)
+    assert "did not take the checkpoint request" in said or "take a checkpoint before the sweep stops" in said, said
+    kill_leftovers(ray_dir)
     finished_sweep(spec, Driver(spec, ray_dir, resume=True))
     check_resumed_run(spec)
 

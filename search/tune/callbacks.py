@@ -102,8 +102,11 @@ class TrackingCallback(Callback):
         running = {t.trial_id for t in trials if t.status == "RUNNING" and t.config["trial"]["objective"] == "train"}
         if self.asked is None:
             self.asked, self.asked_until = set(running), time.monotonic() + STOP_CHECKPOINT_S
-            for trial_id in running:
-                ask_checkpoint(trial_id)
+            if not all(ask_checkpoint(trial_id) for trial_id in running):
+                print("loopscale: Ray's store did not take the checkpoint request (the signal ended Ray too?): "
+                      "stopping without checkpoints", file=sys.stderr, flush=True)
+                self.asked = set()
+                return True
             if running:
                 print(f"loopscale: {len(running)} running trials take a checkpoint before the sweep stops (at most "
                       f"{STOP_CHECKPOINT_S:g} s)", file=sys.stderr, flush=True)

@@ -30,6 +30,7 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.experimental import internal_kv
 from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists, _internal_kv_get, _internal_kv_list,
                                          _internal_kv_put)
 
@@ -49,6 +50,7 @@ CHECKPOINT_KEY = "checkpoint_step"  # the report that carries a trial's checkpoi
 # often a training trial looks (one GCS read)
 CHECKPOINT_ASKED = "checkpoint-before-stop/"
 ASKED_POLL_S = 1.0
+ASK_TIMEOUT_S = 2.0  # a live cluster's store answers in milliseconds
 KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such receipts also wait (hold_unsaved)
 
 
@@ -112,9 +114,17 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
     return Checkpointing(period_s=period_s, save=save, restore=restore, requested=asked_poll(trial_id))
 
 
-def ask_checkpoint(trial_id: str) -> None:
-    """Ask a running training trial for a checkpoint at its next step boundary (driver side)."""
-    _internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}", b"1", namespace=KV_NAMESPACE)
+def ask_checkpoint(trial_id: str) -> bool:
+    """Ask a running training trial for a checkpoint at its next step boundary (driver side). False when the
+    cluster's store did not take the question within ``ASK_TIMEOUT_S``: a signal sent to the whole process group
+    (``timeout``, ``kill -- -PGID``, a batch system's stop) ends Ray's own processes too, and a put without a
+    timeout then retries for minutes at full CPU while the driver waits."""
+    try:
+        internal_kv.global_gcs_client.internal_kv_put(f"{CHECKPOINT_ASKED}{trial_id}".encode(), b"1", True,
+                                                      KV_NAMESPACE.encode(), timeout=ASK_TIMEOUT_S)
+    except Exception:  # a timeout, an RPC error, no client: no trial will hear the question
+        return False
+    return True
 
 
 def asked_poll(trial_id: str) -> Callable[[], bool]:
