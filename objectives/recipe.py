@@ -32,9 +32,9 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
     diverge_factor 1.5         diverged when the train loss is NaN/inf or exceeds this times the first loss
     bf16           True        bf16 autocast (CUDA only; CPU runs fp32)
     compile        True        torch.compile on CUDA
-    compile_cpu    False       torch.compile on CPU too, its warm-up paid once per shape per sweep through a
-                               compile cache in the sweep's cache_dir (model/runtime.py); eager is the default
-                               for tests and tiny trials, which the warm-up would dominate
+    compile_cpu    False       torch.compile on CPU too (every transformer block), its warm-up paid once per
+                               width per machine through the user's compile cache (model/runtime.py); eager is
+                               the default for tests, tiny trials and the demo, which the warm-up would dominate
 
 Learning-rate transfer (batch, data and width rules, with their sources): objectives/lr_rules.py. The data
 rule is MuonH's (HyperP derived it for MuonH, and the paper's script applies it to MuonH only): torch's Muon
