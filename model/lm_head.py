@@ -4,9 +4,9 @@ Logits are capped as in the paper's model (Schwethelm et al. 2026; from nanochat
 ``z = h W^T`` in fp32, and the loss is the mean cross-entropy of ``l`` against the targets, in nats.
 
 On CUDA (and wherever ``torch.compile`` traces the model, on the meta device where accounting runs, or with
-``runtime.EAGER_FUSIONS`` off) the head is written out plainly, so the compiler fuses it. In CPU eager mode the (tokens x vocab) logits are the
-largest tensors of a small model's step (4 MiB at 4,096 tokens and a byte vocabulary), and every element-wise
-pass over them runs at memory speed: the plain head took ~20 ms of a 70-140 ms demo step. The fused path
+``runtime.EAGER_FUSIONS`` off) the head is written out plainly, so the compiler fuses it. In CPU eager mode the
+(tokens x vocab) logits are the largest tensors of a small model's step (4 MiB at 4,096 tokens and a byte
+vocabulary), and every element-wise pass over them runs at memory speed (docs/performance.md). The fused path
 works through the rows in chunks that stay in cache, and computes the gradients in the same pass:
 
     c tanh(z / c) = 2c sigmoid(2z / c) - c         (tanh(x) = 2 sigmoid(2x) - 1)
