@@ -59,8 +59,8 @@ def rotary_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """RoPE on x (B, T, heads, head_dim): dims (2j, 2j + 1) form z_j = x_2j + i x_2j+1, turned clockwise by
     position, z_j exp(-i t w_j), in fp32. Eager: one complex multiply (bf16 has no complex type, hence fp32);
-    compiled (or ``runtime.EAGER_FUSIONS`` off): the same rotation in reals, (x_2j cos + x_2j+1 sin, x_2j+1 cos - x_2j sin), which Inductor fuses
-    (it generates no code for complex arithmetic)."""
+    compiled (or ``runtime.EAGER_FUSIONS`` off): the same rotation in reals, (x_2j cos + x_2j+1 sin,
+    x_2j+1 cos - x_2j sin), which Inductor fuses (it generates no code for complex arithmetic)."""
     pairs = x.float().unflatten(-1, (-1, 2))
     turn = rope[: x.size(1)].unsqueeze(1)  # (T, 1, head_dim / 2, 2)
     if runtime.plain_formulas():
