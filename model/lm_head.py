@@ -76,8 +76,9 @@ def _chunked(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: 
         g[rows, tc] -= 1.0
         g.mul_(torch.addcmul(s, s, s, value=-1.0, out=u))  # (p - t) s (1 - s); the 4 / n goes to the matmuls
         g = g.to(h.dtype)
-        torch.mm(g, weight, out=dh[start:start + len(tc)]).mul_(4.0 / n)
-        dw.addmm_(g.t(), hc, alpha=4.0 / n)
+        # plain mm's, not out= or addmm_: torch's FLOP counter registers these overloads only
+        dh[start:start + len(tc)] = torch.mm(g, weight).mul_(4.0 / n)
+        dw.add_(torch.mm(g.t(), hc), alpha=4.0 / n)
     return total / n, dh, dw
 
 
