@@ -4,7 +4,7 @@ Logits are capped as in the paper's model (Schwethelm et al. 2026; from nanochat
 ``z = h W^T`` in fp32, and the loss is the mean cross-entropy of ``l`` against the targets, in nats.
 
 On CUDA (and wherever ``torch.compile`` traces the model, on the meta device where accounting runs, or with
-``runtime.EAGER_FUSIONS`` off) the head is written out plainly, so the compiler fuses it. In CPU eager mode the
+``fusions.EAGER_FUSIONS`` off) the head is written out plainly, so the compiler fuses it. In CPU eager mode the
 (tokens x vocab) logits are the largest tensors of a small model's step (4 MiB at 4,096 tokens and a byte
 vocabulary), and every element-wise pass over them runs at memory speed (docs/performance.md). The fused path
 works through the rows in chunks that stay in cache, and computes the gradients in the same pass:
@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import runtime
+from . import fusions
 
 CHUNK_ELEMENTS = 1 << 16  # logits per chunk: 256 KiB in fp32, within a core's L2 cache
 MIN_CHUNK_ROWS = 16
@@ -40,7 +40,7 @@ def capped_logits(z: torch.Tensor, cap: float) -> torch.Tensor:
 def capped_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float) -> torch.Tensor:
     """Mean cross-entropy (nats) of the capped logits of h (..., d) against targets (...) (module docstring)."""
     h2, t = h.reshape(-1, h.size(-1)), targets.reshape(-1)
-    if h.device.type != "cpu" or runtime.plain_formulas() or cap > MAX_FUSED_CAP:
+    if h.device.type != "cpu" or fusions.plain_formulas() or cap > MAX_FUSED_CAP:
         return F.cross_entropy(capped_logits(F.linear(h2, weight), cap), t)
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
         return _FusedCappedCrossEntropy.apply(h2, weight, t, cap)

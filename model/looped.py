@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import runtime
+from . import fusions
 from .config import LoopedConfig
 from .lm_head import capped_cross_entropy, capped_logits
 
@@ -59,11 +59,11 @@ def rotary_tables(seq_len: int, head_dim: int, theta: float) -> torch.Tensor:
 def apply_rotary(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     """RoPE on x (B, T, heads, head_dim): dims (2j, 2j + 1) form z_j = x_2j + i x_2j+1, turned clockwise by
     position, z_j exp(-i t w_j), in fp32. Eager: one complex multiply (bf16 has no complex type, hence fp32);
-    compiled (or ``runtime.EAGER_FUSIONS`` off): the same rotation in reals, (x_2j cos + x_2j+1 sin,
+    compiled (or ``fusions.EAGER_FUSIONS`` off): the same rotation in reals, (x_2j cos + x_2j+1 sin,
     x_2j+1 cos - x_2j sin), which Inductor fuses (it generates no code for complex arithmetic)."""
     pairs = x.float().unflatten(-1, (-1, 2))
     turn = rope[: x.size(1)].unsqueeze(1)  # (T, 1, head_dim / 2, 2)
-    if runtime.plain_formulas():
+    if fusions.plain_formulas():
         (even, odd), (cos, sin) = pairs.unbind(-1), turn.unbind(-1)
         turned = torch.stack((even * cos + odd * sin, odd * cos - even * sin), dim=-1)
     else:
@@ -98,7 +98,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc(x)
-        return self.proj(F.relu(h).square() if runtime.plain_formulas() else _ReluSquare.apply(h))
+        return self.proj(F.relu(h).square() if fusions.plain_formulas() else _ReluSquare.apply(h))
 
 
 class _ReluSquare(torch.autograd.Function):

@@ -27,17 +27,6 @@ import torch
 from .user_cache import user_cache_dir
 
 
-# The eager formulations that beat the plain formulas on CPU (the fused LM head and loss of model/lm_head.py,
-# RoPE as one complex multiply in model/looped.py); False runs the plain formulas everywhere, as a compiled or
-# CUDA step does: benchmarks time the one against the other, tests check that they agree.
-EAGER_FUSIONS = True
-
-
-def plain_formulas() -> bool:
-    """Whether the model writes its formulas out plainly here: when asked, and wherever Dynamo traces it."""
-    return not EAGER_FUSIONS or torch.compiler.is_compiling()
-
-
 def compile_cache_dir() -> str:
     """Where compiled graphs are kept for every sweep on this machine (module docstring)."""
     return user_cache_dir("inductor")

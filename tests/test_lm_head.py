@@ -7,18 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from loopscale.model import LoopedConfig, LoopedLM, runtime
+from loopscale.model import LoopedConfig, LoopedLM, fusions
 from loopscale.model.lm_head import capped_cross_entropy, capped_logits
 
 CAP = 15.0
-
-
-@pytest.fixture
-def plain():
-    """Run the plain formulas inside the block, whatever the test does."""
-    runtime.EAGER_FUSIONS = False
-    yield
-    runtime.EAGER_FUSIONS = True
 
 
 @pytest.mark.parametrize("rows, width, vocab", [(4096, 16, 256), (77, 8, 50), (300, 32, 5000)])
@@ -53,11 +45,11 @@ def step_grads(r: int, injection: str) -> tuple[torch.Tensor, dict[str, torch.Te
 @pytest.mark.parametrize("r, injection", [(1, "linear"), (2, "hyperconnect"), (4, "linear")])
 def test_a_model_step_is_the_same_with_the_plain_formulas(r, injection):
     fused_loss, fused = step_grads(r, injection)
-    runtime.EAGER_FUSIONS = False
+    fusions.EAGER_FUSIONS = False
     try:
         plain_loss, plain = step_grads(r, injection)
     finally:
-        runtime.EAGER_FUSIONS = True
+        fusions.EAGER_FUSIONS = True
     torch.testing.assert_close(fused_loss, plain_loss, rtol=1e-5, atol=1e-6)
     for name, grad in plain.items():
         torch.testing.assert_close(fused[name], grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")

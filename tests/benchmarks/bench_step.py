@@ -8,7 +8,7 @@ project's own plain path and against the machine's fp32 matmul peak, all measure
 
 Variants of one model (same weights, same batch), timed in turns, ``--rounds`` rounds of ``--steps`` steps,
 the median round reported:
-  plain     the formulas written out (``runtime.EAGER_FUSIONS`` off: the soft-capped head and cross-entropy as
+  plain     the formulas written out (``fusions.EAGER_FUSIONS`` off: the soft-capped head and cross-entropy as
             separate passes, RoPE in reals) and MuonH stepping each matrix alone: the step as it was before the
             fusions and MuonH's batching;
   eager     the default CPU step: fused head and loss, RoPE as one complex multiply, MuonH batched by shape;
@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import torch
 
-from loopscale.model import flops_per_token, runtime
+from loopscale.model import flops_per_token, fusions, runtime
 from loopscale.model.looped import LoopedLM
 from loopscale.objectives import TrialConfig
 from loopscale.objectives.muonh import MuonH
@@ -94,9 +94,9 @@ def _unbatched(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return plain
 
 
-def timed(step: Step, steps: int, fusions: bool) -> tuple[float, float]:
+def timed(step: Step, steps: int, fused: bool) -> tuple[float, float]:
     """(seconds per step, optimizer seconds per step) over ``steps`` steps, with the fusions on or off."""
-    runtime.EAGER_FUSIONS = fusions
+    fusions.EAGER_FUSIONS = fused
     try:
         step.optimizer_s = 0.0
         started = time.perf_counter()
@@ -104,7 +104,7 @@ def timed(step: Step, steps: int, fusions: bool) -> tuple[float, float]:
             step()
         return (time.perf_counter() - started) / steps, step.optimizer_s / steps
     finally:
-        runtime.EAGER_FUSIONS = True
+        fusions.EAGER_FUSIONS = True
 
 
 def compile_blocks(step: Step) -> tuple[float, float]:
@@ -130,12 +130,12 @@ def compare(label: str, template: dict, s: float, r: int, batch_tokens: int, rou
         variants["compiled"] = (Step(template, s, r, batch_tokens), True)
         train_s, eval_s = compile_blocks(variants["compiled"][0])
         cold = f"  cold compile {train_s:.1f} s + {eval_s:.1f} s eval"
-    for step, fusions in variants.values():
-        timed(step, 1, fusions)  # warm-up: allocations, lazy state
+    for step, fused in variants.values():
+        timed(step, 1, fused)  # warm-up: allocations, lazy state
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(rounds):
-        for name, (step, fusions) in variants.items():
-            times[name].append(timed(step, steps, fusions))
+        for name, (step, fused) in variants.items():
+            times[name].append(timed(step, steps, fused))
     config = variants["eager"][0].config
     f = flops_per_token(config)
     median: Callable[[str, int], float] = lambda name, i: statistics.median(t[i] for t in times[name])  # noqa: E731
