@@ -3,8 +3,9 @@
 Both are requested by the caller and applied only where they pay off: bf16 on CUDA; ``torch.compile`` on
 CUDA (the whole model, one graph), and on CPU when the caller asks for it too (``cpu=True``). On CPU the
 compiled unit is the transformer ``Block`` (every one of the model, which all share one shape): a width compiles
-once whatever r, into a small graph (10-20 s cold on this project's 2-core machine, against 36-60 s for the
-whole model), and the rest of the step (the loop, the fused LM head of model/lm_head.py) stays eager.
+once whatever r, into a small graph (6-7 s cold per width on this project's 2-core machine after a process's
+first, 17 s, against ~36 s for the whole model), and the rest of the step (the loop, the fused LM head of
+model/lm_head.py) stays eager.
 An architecture without ``Block`` modules is compiled whole.
 
 The warm-up is paid once per shape per machine: Inductor's on-disk caches (FX graph cache, AOTAutograd cache;
