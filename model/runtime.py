@@ -33,13 +33,14 @@ def compile_cache_dir() -> str:
     return user_cache_dir("inductor")
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(device: torch.device) -> bool:
     """Have glibc keep freed blocks of up to 32 MiB for reuse instead of handing them back to the kernel (mallopt
     M_MMAP_THRESHOLD 32 MiB, its maximum, and M_TRIM_THRESHOLD 1 GiB). By default blocks above 128 KiB are
     mapped afresh at each allocation, and a CPU step's activations (0.5-4 MiB at the demo's shapes) then pay
     page faults on first touch every step: 1-3% of a demo step, measured two trials side by side
-    (docs/performance.md). The process keeps its peak memory. Linux with glibc only; elsewhere a no-op (False)."""
-    if not sys.platform.startswith("linux"):
+    (docs/log.md, 2026-12-06). The process keeps its peak memory. CPU steps on Linux with glibc only; elsewhere a
+    no-op (False)."""
+    if device.type != "cpu" or not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

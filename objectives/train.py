@@ -106,8 +106,7 @@ def train(trial: TrialConfig, report: Report | None = None,
     if trial.num_threads:
         torch.set_num_threads(trial.num_threads)
     device = runtime.pick_device(trial.device)
-    if device.type == "cpu":
-        runtime.keep_freed_memory()
+    runtime.keep_freed_memory(device)
     packed, rows_per_step = trial_data(trial, config)
 
     torch.manual_seed(trial.seed)
