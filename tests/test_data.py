@@ -15,7 +15,9 @@ import pytest
 
 from loopscale.objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
     vocab_size_of
+from loopscale.objectives.data_bpe import bpe_fingerprint, tokenizer_fingerprint
 from loopscale.objectives.data_sources import kjv_chapters
+from loopscale.objectives.data_spec import normalize_data
 from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
 from loopscale.objectives.train import trial_data
 from loopscale.objectives import TrialConfig
@@ -223,3 +225,38 @@ def test_bad_specs_fail_with_one_clear_line(spec, message):
 def test_vocab_sizes():
     assert vocab_size_of({}) == vocab_size_of({"source": "kjv"}) == 256
     assert vocab_size_of({"source": "synthetic", "alphabet": 10, "n_keys": 50}) == 11
+
+
+# The compatibility contract: caches and trained tokenizers already on users' disks are found by these strings, so
+# they must never change (literal values, computed by the code as it stood before the data package was laid out).
+# A files source is left out: its fingerprint covers the files' paths and modification times.
+PINNED_FINGERPRINTS = {
+    "kjv default": (None, "kjv-T128-508b5c207ce61d9f", "kjv-T64-0bc2a331b40e4a8e", "bytes"),
+    "kjv seed, cap": ({"source": "kjv", "seed": 1, "max_tokens": 100_000}, "kjv-T128-07bec3dc96ba520c",
+                      "kjv-T64-2dcfc59d997e0a04", "bytes"),
+    "synthetic": ({"source": "synthetic", "seed": 3, "tokens": 400_000}, "synthetic-T128-84f42b3caf21a1a5",
+                  "synthetic-T64-103cc732e3b685d3", "bytes"),
+    "bpe": ({"source": "kjv", "tokenizer": "bpe", "tokenizer_vocab": 300, "tokenizer_train_chars": 200_000},
+            "kjv-T128-14b10def463842ad", "kjv-T64-38ae8a95fe6aefd0", "bpe:3209d95a1db3964f"),
+    "bpe default": ({"tokenizer": "bpe"}, "kjv-T128-5b7ee170110b9c5c", "kjv-T64-193c221ea749cd18",
+                    "bpe:971e0e2eeddfe982"),
+    "hub": ({"source": "hub", "name": "HuggingFaceFW/fineweb-edu", "config": "sample-10BT"},
+            "hub-T128-0f0f3a36d27b47c2", "hub-T64-efb73fe986ba47d9", "bytes"),
+}
+
+
+@pytest.mark.parametrize("name", PINNED_FINGERPRINTS)
+def test_fingerprints_are_pinned(name):
+    spec, at_128, at_64, tokenizer = PINNED_FINGERPRINTS[name]
+    assert data_fingerprint(spec, 128, 8192) == at_128
+    assert data_fingerprint(spec, 64, 1024) == at_64
+    assert tokenizer_fingerprint(normalize_data(spec)) == tokenizer
+    if tokenizer.startswith("bpe:"):
+        assert "bpe:" + bpe_fingerprint(normalize_data(spec)) == tokenizer
+
+
+def test_a_tokenizer_files_fingerprint_is_pinned(tmp_path):
+    path = tmp_path / "tok.json"  # identified by its content alone (not its path or time)
+    path.write_text('{"not": "parsed"}\n')
+    assert tokenizer_fingerprint(normalize_data({"tokenizer": str(path)})) == \
+        "file:987b84023fce69b14b2e038441e1b207f06dedf05a199c9c65c445a7ff083270"
