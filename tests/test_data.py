@@ -15,6 +15,7 @@ import pytest
 
 from loopscale.objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
     vocab_size_of
+from loopscale.objectives.data.batches import Batches
 from loopscale.objectives.data.bpe import bpe_fingerprint, tokenizer_fingerprint
 from loopscale.objectives.data.sources import kjv_chapters
 from loopscale.objectives.data.spec import normalize_data
@@ -82,13 +83,13 @@ def test_two_architectures_see_identical_batches(cache_dir):
     base = dict(budget_flops=1e12, batch_tokens=4096, data={"source": "kjv"}, cache_dir=cache_dir,
                 val_tokens=VAL_TOKENS, template=TEMPLATE)
     looped, plain = TrialConfig(**base, s=8.0, r=4, seed=1), TrialConfig(**base, s=2.0, r=1, seed=0)
-    (a, rows_a), (b, rows_b) = (trial_data(tc, tc.model_config) for tc in (looped, plain))
-    assert looped.model_config.width != plain.model_config.width and rows_a == rows_b == 32
-    steps = len(a.train) // rows_a + 3  # cross an epoch boundary
+    a, b = (trial_data(tc, tc.model_config) for tc in (looped, plain))
+    assert looped.model_config.width != plain.model_config.width and a.rows_per_step == b.rows_per_step == 32
+    steps = len(a.packed.train) // a.rows_per_step + 3  # cross an epoch boundary
     for step in (0, 1, 2, steps - 4, steps - 3, steps - 1):
-        assert a.train_batch(step, rows_a).tobytes() == b.train_batch(step, rows_b).tobytes()
-    assert np.asarray(a.val).tobytes() == np.asarray(b.val).tobytes()
-    first = np.concatenate([a.train_rows(s, rows_a) for s in range(len(a.train) // rows_a)])
+        assert a.batch(step).tobytes() == b.batch(step).tobytes()
+    assert np.asarray(a.packed.val).tobytes() == np.asarray(b.packed.val).tobytes()
+    first = np.concatenate([a.rows(s) for s in range(len(a.packed.train) // a.rows_per_step)])
     assert len(np.unique(first)) == len(first)  # an epoch reads every row at most once
 
 
@@ -96,7 +97,7 @@ def test_batch_order_depends_on_the_data_seed(cache_dir):
     one = open_packed(cache_dir, prepare_data({"source": "kjv", "seed": 1}, T, cache_dir, VAL_TOKENS))
     zero = open_packed(cache_dir, prepare_data({"source": "kjv"}, T, cache_dir, VAL_TOKENS))
     assert one.meta["fingerprint"] != zero.meta["fingerprint"]
-    assert one.train_batch(0, 8).tobytes() != zero.train_batch(0, 8).tobytes()
+    assert Batches(one, 8).batch(0).tobytes() != Batches(zero, 8).batch(0).tobytes()
 
 
 def test_cache_is_reused_and_a_failed_build_leaves_nothing(tmp_path, cache_dir):
@@ -260,3 +261,14 @@ def test_a_tokenizer_files_fingerprint_is_pinned(tmp_path):
     path.write_text('{"not": "parsed"}\n')
     assert tokenizer_fingerprint(normalize_data({"tokenizer": str(path)})) == \
         "file:987b84023fce69b14b2e038441e1b207f06dedf05a199c9c65c445a7ff083270"
+
+
+def test_the_batch_order_is_pinned(kjv):
+    """A resumed checkpoint reads on from its step's batch, so the order of the rows is part of the same contract
+    (literal values from the code before the data package was laid out)."""
+    batches = Batches(kjv, 8)
+    assert len(kjv.train) == 32009
+    assert batches.rows(0).tolist() == [14685, 804, 3483, 6192, 17938, 30947, 26620, 7131]
+    # step 4001 crosses into the second epoch
+    assert batches.rows(4001).tolist() == [21407, 26116, 17637, 5704, 26139, 31657, 28390, 4326]
+    assert int(batches.batch(3, rank=1, world=2).sum()) == 45874
