@@ -1,9 +1,10 @@
 """What ONE trial does: data -> train to a FLOP budget -> metrics, or the simulated law."""
 
-from .data_bpe import train_bpe
-from .data_cache import data_fingerprint, open_packed, prepare_data
-from .data_spec import validate_data, vocab_size_of
-from .data_synthetic import synthetic_entropy_floor
+from .data.bpe import train_bpe
+from .data.cache import data_fingerprint, open_packed, prepare_data
+from .data.spec import validate_data
+from .data.synthetic import synthetic_entropy_floor
+from .data.tokenizers import vocab_size_of
 from .peak import device_peak_flops
 from .recipe import RECIPE_DEFAULTS, normalize_recipe, trial_lrs, validate_recipe
 from .simulate import simulate

@@ -1,6 +1,6 @@
 """A training trial's checkpoint: what ``train`` needs to go on from a step exactly as if it had never stopped.
 
-Training is a pure function of its state at a step boundary: the batch of step t is ``train_batch(t)`` (the
+Training is a pure function of its state at a step boundary: the batch of step t is ``Batches.batch(t)`` (the
 data position is the step), the rate of step t is ``lr_multiplier(t, steps)``, and the model's initialisation
 draws from torch's generator before step 0. So the state at the end of step t is
 

@@ -7,11 +7,11 @@ token over the sweep's fixed validation rows (every target of every row), plus b
 The trial's fields (``objectives.trial.TrialConfig``) a training trial reads, beyond its shape and budget
 (defaults in brackets)::
 
-    data          dict   data source spec (objectives.data_spec) [None: {"source": "kjv"}]
+    data          dict   data source spec (objectives.data.spec) [None: {"source": "kjv"}]
     recipe        dict   optimizer / schedule options (objectives.recipe) [paper-like defaults]
     device        str    "auto" | "cpu" | "cuda" | "cuda:1" ... ["auto"]
     num_threads   int    torch threads for this trial, from the resources Ray gives it [0: torch's default]
-    cache_dir     str    packed-data cache shared by the sweep ["": objectives.data_cache.default_cache_dir()]
+    cache_dir     str    packed-data cache shared by the sweep ["": objectives.data.cache.default_cache_dir()]
     val_tokens    int    size of the fixed validation set in target tokens [65536]
     seed          int    model initialisation (torch.manual_seed) [0]; the batch order comes from data.seed,
                          which every trial of a sweep shares
@@ -63,7 +63,8 @@ import torch.distributed as dist
 from loopscale.model import LoopedConfig, runtime
 from loopscale.model.architecture import build
 
-from .data_cache import PackedData, default_cache_dir, open_packed, prepare_data
+from .data.batches import Batches, rows_per_batch
+from .data.cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
 from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
@@ -73,22 +74,16 @@ from .trial import TrialConfig, accounting_metrics
 Report = Callable[[dict[str, Any]], None]
 
 
-def rows_per_batch(batch_tokens: int, seq_len: int) -> int:
-    """Packed rows per optimizer step (a TrialConfig's batch is whole rows of seq_len predicted tokens)."""
-    return batch_tokens // seq_len
-
-
-def trial_data(trial: TrialConfig, config: LoopedConfig) -> tuple[PackedData, int]:
-    """(memory-mapped data, rows per optimizer step) of a trial; builds the cache if no driver did."""
+def trial_data(trial: TrialConfig, config: LoopedConfig) -> Batches:
+    """A trial's training batches over its memory-mapped data; builds the cache if no driver did."""
     seq_len = config.seq_len
-    rows = rows_per_batch(trial.batch_tokens, seq_len)
     cache_dir = trial.cache_dir or default_cache_dir()
     fingerprint = prepare_data(trial.data, seq_len, cache_dir, trial.val_tokens)
     packed = open_packed(cache_dir, fingerprint)
     if packed.meta["vocab_size"] > config.vocab_size:
         raise ValueError(f"data vocabulary {packed.meta['vocab_size']} exceeds the model's vocab_size "
                          f"{config.vocab_size}")
-    return packed, rows
+    return Batches(packed, rows_per_batch(trial.batch_tokens, seq_len))
 
 
 def train(trial: TrialConfig, report: Report | None = None,
@@ -107,7 +102,8 @@ def train(trial: TrialConfig, report: Report | None = None,
         torch.set_num_threads(trial.num_threads)
     device = runtime.pick_device(trial.device)
     runtime.keep_freed_memory(device)
-    packed, rows_per_step = trial_data(trial, config)
+    batches = trial_data(trial, config)
+    packed = batches.packed
 
     torch.manual_seed(trial.seed)
     model = build(config).to(device)  # the spec's architecture (model/architecture.py); LoopedLM by default
@@ -121,7 +117,7 @@ def train(trial: TrialConfig, report: Report | None = None,
         set_rng_state(saved["rng"])
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
                                           cpu=recipe["compile_cpu"])
-    loop = _TrainLoop(step_model, optimizers, packed, recipe, device, rows_per_step, micro_rows, group)
+    loop = _TrainLoop(step_model, optimizers, batches, recipe, device, micro_rows, group)
     branches = branch_plan(branch_budgets(trial), recipe["warmdown_frac"], config, trial.budget_flops, plan["steps"],
                            batch_tokens)
 
@@ -160,19 +156,18 @@ def train(trial: TrialConfig, report: Report | None = None,
 class _TrainLoop:
     """The optimizer-step loop; the host reads the loss only every ``log_every`` steps (and after step 0)."""
 
-    def __init__(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], packed: PackedData,
-                 recipe: dict[str, Any], device: torch.device, rows_per_step: int, micro_rows: int,
-                 group: "_Group"):
-        self.model, self.optimizers, self.packed, self.recipe = model, optimizers, packed, recipe
-        self.device, self.rows_per_step, self.micro_rows, self.group = device, rows_per_step, micro_rows, group
+    def __init__(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], batches: Batches,
+                 recipe: dict[str, Any], device: torch.device, micro_rows: int, group: "_Group"):
+        self.model, self.optimizers, self.batches, self.recipe = model, optimizers, batches, recipe
+        self.device, self.micro_rows, self.group = device, micro_rows, group
 
     def step(self, step: int, steps: int) -> torch.Tensor:
         """One optimizer step on batch ``step`` at the rate of step ``step`` of a ``steps``-step run; its loss
         (this worker's)."""
         group = self.group
-        n_micro = self.rows_per_step // group.world // self.micro_rows
+        n_micro = self.batches.rows_per_step // group.world // self.micro_rows
         set_lr(self.optimizers, lr_multiplier(self.recipe, step, steps))
-        rows = self.packed.train_batch(step, self.rows_per_step, group.rank, group.world)
+        rows = self.batches.batch(step, group.rank, group.world)
         batch = torch.from_numpy(rows).to(self.device, non_blocking=True)
         total = torch.zeros((), device=self.device)
         for i, micro in enumerate(batch.split(self.micro_rows)):
@@ -192,7 +187,8 @@ class _TrainLoop:
         saved_optimizers = [copy.deepcopy(o.state_dict()) for o in self.optimizers]
         for step in range(plan["fork"], plan["steps"]):
             self.step(step, plan["steps"])
-        val_loss = evaluate(self.model, self.packed, self.device, self.recipe["bf16"], self.micro_rows, self.group)
+        val_loss = evaluate(self.model, self.batches.packed, self.device, self.recipe["bf16"], self.micro_rows,
+                            self.group)
         raw_model.load_state_dict(saved)
         for optimizer, state in zip(self.optimizers, saved_optimizers):
             optimizer.load_state_dict(state)

@@ -67,7 +67,7 @@ class TrialConfig:
     recipe: Mapping[str, Any] = field(default_factory=dict)
     device: str = "auto"
     num_threads: int = 0  # 0: torch's default
-    cache_dir: str = ""  # "": objectives.data_cache.default_cache_dir()
+    cache_dir: str = ""  # "": objectives.data.cache.default_cache_dir()
     val_tokens: int = DEFAULT_VAL_TOKENS
     noise: float = Noise.noise
     cell_noise: float = Noise.cell_noise

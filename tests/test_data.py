@@ -15,8 +15,11 @@ import pytest
 
 from loopscale.objectives import data_fingerprint, open_packed, prepare_data, synthetic_entropy_floor, validate_data, \
     vocab_size_of
-from loopscale.objectives.data_sources import kjv_chapters
-from loopscale.objectives.data_synthetic import synthetic_params, true_log_probs
+from loopscale.objectives.data.batches import Batches
+from loopscale.objectives.data.bpe import bpe_fingerprint, tokenizer_fingerprint
+from loopscale.objectives.data.sources import kjv_chapters
+from loopscale.objectives.data.spec import normalize_data
+from loopscale.objectives.data.synthetic import synthetic_params, true_log_probs
 from loopscale.objectives.train import trial_data
 from loopscale.objectives import TrialConfig
 
@@ -80,13 +83,13 @@ def test_two_architectures_see_identical_batches(cache_dir):
     base = dict(budget_flops=1e12, batch_tokens=4096, data={"source": "kjv"}, cache_dir=cache_dir,
                 val_tokens=VAL_TOKENS, template=TEMPLATE)
     looped, plain = TrialConfig(**base, s=8.0, r=4, seed=1), TrialConfig(**base, s=2.0, r=1, seed=0)
-    (a, rows_a), (b, rows_b) = (trial_data(tc, tc.model_config) for tc in (looped, plain))
-    assert looped.model_config.width != plain.model_config.width and rows_a == rows_b == 32
-    steps = len(a.train) // rows_a + 3  # cross an epoch boundary
+    a, b = (trial_data(tc, tc.model_config) for tc in (looped, plain))
+    assert looped.model_config.width != plain.model_config.width and a.rows_per_step == b.rows_per_step == 32
+    steps = len(a.packed.train) // a.rows_per_step + 3  # cross an epoch boundary
     for step in (0, 1, 2, steps - 4, steps - 3, steps - 1):
-        assert a.train_batch(step, rows_a).tobytes() == b.train_batch(step, rows_b).tobytes()
-    assert np.asarray(a.val).tobytes() == np.asarray(b.val).tobytes()
-    first = np.concatenate([a.train_rows(s, rows_a) for s in range(len(a.train) // rows_a)])
+        assert a.batch(step).tobytes() == b.batch(step).tobytes()
+    assert np.asarray(a.packed.val).tobytes() == np.asarray(b.packed.val).tobytes()
+    first = np.concatenate([a.rows(s) for s in range(len(a.packed.train) // a.rows_per_step)])
     assert len(np.unique(first)) == len(first)  # an epoch reads every row at most once
 
 
@@ -94,7 +97,7 @@ def test_batch_order_depends_on_the_data_seed(cache_dir):
     one = open_packed(cache_dir, prepare_data({"source": "kjv", "seed": 1}, T, cache_dir, VAL_TOKENS))
     zero = open_packed(cache_dir, prepare_data({"source": "kjv"}, T, cache_dir, VAL_TOKENS))
     assert one.meta["fingerprint"] != zero.meta["fingerprint"]
-    assert one.train_batch(0, 8).tobytes() != zero.train_batch(0, 8).tobytes()
+    assert Batches(one, 8).batch(0).tobytes() != Batches(zero, 8).batch(0).tobytes()
 
 
 def test_cache_is_reused_and_a_failed_build_leaves_nothing(tmp_path, cache_dir):
@@ -223,3 +226,49 @@ def test_bad_specs_fail_with_one_clear_line(spec, message):
 def test_vocab_sizes():
     assert vocab_size_of({}) == vocab_size_of({"source": "kjv"}) == 256
     assert vocab_size_of({"source": "synthetic", "alphabet": 10, "n_keys": 50}) == 11
+
+
+# The compatibility contract: caches and trained tokenizers already on users' disks are found by these strings, so
+# they must never change (literal values, computed by the code as it stood before the data package was laid out).
+# A files source is left out: its fingerprint covers the files' paths and modification times.
+PINNED_FINGERPRINTS = {
+    "kjv default": (None, "kjv-T128-508b5c207ce61d9f", "kjv-T64-0bc2a331b40e4a8e", "bytes"),
+    "kjv seed, cap": ({"source": "kjv", "seed": 1, "max_tokens": 100_000}, "kjv-T128-07bec3dc96ba520c",
+                      "kjv-T64-2dcfc59d997e0a04", "bytes"),
+    "synthetic": ({"source": "synthetic", "seed": 3, "tokens": 400_000}, "synthetic-T128-84f42b3caf21a1a5",
+                  "synthetic-T64-103cc732e3b685d3", "bytes"),
+    "bpe": ({"source": "kjv", "tokenizer": "bpe", "tokenizer_vocab": 300, "tokenizer_train_chars": 200_000},
+            "kjv-T128-14b10def463842ad", "kjv-T64-38ae8a95fe6aefd0", "bpe:3209d95a1db3964f"),
+    "bpe default": ({"tokenizer": "bpe"}, "kjv-T128-5b7ee170110b9c5c", "kjv-T64-193c221ea749cd18",
+                    "bpe:971e0e2eeddfe982"),
+    "hub": ({"source": "hub", "name": "HuggingFaceFW/fineweb-edu", "config": "sample-10BT"},
+            "hub-T128-0f0f3a36d27b47c2", "hub-T64-efb73fe986ba47d9", "bytes"),
+}
+
+
+@pytest.mark.parametrize("name", PINNED_FINGERPRINTS)
+def test_fingerprints_are_pinned(name):
+    spec, at_128, at_64, tokenizer = PINNED_FINGERPRINTS[name]
+    assert data_fingerprint(spec, 128, 8192) == at_128
+    assert data_fingerprint(spec, 64, 1024) == at_64
+    assert tokenizer_fingerprint(normalize_data(spec)) == tokenizer
+    if tokenizer.startswith("bpe:"):
+        assert "bpe:" + bpe_fingerprint(normalize_data(spec)) == tokenizer
+
+
+def test_a_tokenizer_files_fingerprint_is_pinned(tmp_path):
+    path = tmp_path / "tok.json"  # identified by its content alone (not its path or time)
+    path.write_text('{"not": "parsed"}\n')
+    assert tokenizer_fingerprint(normalize_data({"tokenizer": str(path)})) == \
+        "file:987b84023fce69b14b2e038441e1b207f06dedf05a199c9c65c445a7ff083270"
+
+
+def test_the_batch_order_is_pinned(kjv):
+    """A resumed checkpoint reads on from its step's batch, so the order of the rows is part of the same contract
+    (literal values from the code before the data package was laid out)."""
+    batches = Batches(kjv, 8)
+    assert len(kjv.train) == 32009
+    assert batches.rows(0).tolist() == [14685, 804, 3483, 6192, 17938, 30947, 26620, 7131]
+    # step 4001 crosses into the second epoch
+    assert batches.rows(4001).tolist() == [21407, 26116, 17637, 5704, 26139, 31657, 28390, 4326]
+    assert int(batches.batch(3, rank=1, world=2).sum()) == 45874

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from loopscale.objectives import data_fingerprint, open_packed, prepare_data, validate_data
-from loopscale.objectives.data_sources import kjv_chapters
+from loopscale.objectives.data.sources import kjv_chapters
 
 README = """---
 configs:

@@ -1,8 +1,9 @@
 """The import graph of the package, read from the source (ast): no cycle between modules (so none inside any
-folder), and imports one way: search -> objectives -> model, analysis -> model; model needs only torch; Ray is
-imported only inside the package search/tune/ (its APIs churn), Optuna only there and in the law sampler
-(search/law_sampler.py); analysis never imports Ray. The Optuna studies and the law sampler load without Ray:
-checked in a fresh interpreter, where ``sys.modules`` says what really got imported.
+folder), and imports one way: search -> objectives -> model, analysis -> model, and inside objectives/data/ along
+the pipeline (spec -> ... -> batches); model needs only torch; Ray is imported only inside the package
+search/tune/ (its APIs churn), Optuna only there and in the law sampler (search/law_sampler.py); analysis never
+imports Ray. The Optuna studies and the law sampler load without Ray: checked in a fresh interpreter, where
+``sys.modules`` says what really got imported.
 """
 
 from __future__ import annotations
@@ -112,6 +113,22 @@ def test_imports_go_one_way(package):
         used = {t.split(".")[1] for t in GRAPH[name] if t.startswith("loopscale.")}
         assert used <= ALLOWED_PACKAGES[package], f"{name} imports loopscale.{sorted(used - ALLOWED_PACKAGES[package])}"
         assert "loopscale" not in GRAPH[name], f"{name} imports the top-level package (it imports every room lazily)"
+
+
+DATA = "loopscale.objectives.data"
+# The data pipeline's modules in the order the data flows (objectives/data/__init__.py): each may import only the
+# ones before it, so no stage calls back up. A new module must take its place here.
+DATA_STAGES = ("spec", "synthetic", "sources", "tokenizers", "bpe", "cache", "batches")
+
+
+def test_the_data_pipeline_imports_one_way():
+    stages = [f"{DATA}.{stage}" for stage in DATA_STAGES]
+    assert {n for n in MODULES if n.startswith(DATA + ".")} == set(stages), "a data module is not in DATA_STAGES"
+    assert f"{DATA}.spec" in GRAPH[f"{DATA}.tokenizers"]  # the relative imports were read
+    assert not GRAPH[DATA] & set(stages), f"{DATA}/__init__.py imports its stages: reading the spec loads them all"
+    for i, name in enumerate(stages):
+        later = GRAPH[name] & set(stages[i + 1:])
+        assert not later, f"{name} imports {sorted(later)}, later in the pipeline"
 
 
 def test_model_needs_only_torch():

@@ -16,7 +16,7 @@ import tomllib
 import pytest
 from mlflow.tracking import MlflowClient
 
-from loopscale.objectives.data_sources import kjv_chapters
+from loopscale.objectives.data.sources import kjv_chapters
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.spec import resolve_spec_path

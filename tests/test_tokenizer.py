@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from loopscale.objectives import open_packed, prepare_data, train_bpe, validate_data, vocab_size_of
-from loopscale.objectives.data_bpe import bpe_fingerprint
-from loopscale.objectives.data_sources import kjv_chapters
-from loopscale.objectives.data_spec import normalize_data
-from loopscale.objectives.data_tokenizers import load_tokenizer
+from loopscale.objectives.data.bpe import bpe_fingerprint
+from loopscale.objectives.data.sources import kjv_chapters
+from loopscale.objectives.data.spec import normalize_data
+from loopscale.objectives.data.tokenizers import load_tokenizer
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from test_spec import write_spec

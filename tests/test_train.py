@@ -43,7 +43,7 @@ def small(cache_dir):
 def test_trial_finishes_within_one_step_of_its_budget_and_beats_unigram(small, cache_dir):
     metrics, reports = small
     config = trial(cache_dir, 2, 2, 2e11)
-    packed, _ = trial_data(config, config.model_config)
+    packed = trial_data(config, config.model_config).packed
     assert set(metrics) == set(METRIC_KEYS) == set(simulate(trial(cache_dir, 2, 2, 2e11)))
     assert metrics["status"] == "ok" and metrics["reason"] == ""
     step_flops = metrics["flops_per_token"] * BATCH

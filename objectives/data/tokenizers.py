@@ -5,7 +5,7 @@ A data spec's ``tokenizer`` entry names one of them::
 
     "bytes"                        one token per UTF-8 byte; nothing to train or download
     "bpe"                          a byte-level BPE of ``tokenizer_vocab`` tokens trained on the data source
-                                   itself (objectives.data_bpe), cached beside the packed data
+                                   itself (objectives.data.bpe), cached beside the packed data
     "path/to/tokenizer.json"       an existing tokenizers JSON file (e.g. the Llama-2 tokenizer's)
     "owner/name"                   a hub repository holding a tokenizer.json, loaded when the hub is reachable
 
@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import socket
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
-BYTES = "bytes"
-BPE = "bpe"
+from .sources import check_hub_reachable
+from .spec import BPE, BYTES, normalize_data, tokenizer_kind
+
 # Names end-of-text tokens go by in common tokenizer files; the first one present is the separator.
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
-CONNECT_TIMEOUT_S = 3.0
-_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -52,28 +47,9 @@ class Tokenizer:
                 for enc in self.backend.encode_batch(texts, add_special_tokens=False)]
 
 
-def tokenizer_kind(spec: Any) -> str:
-    """"bytes", "bpe", "file" or "hub"; raises ValueError (one line) for anything else."""
-    if spec in (BYTES, BPE):
-        return spec
-    if not isinstance(spec, str):
-        raise ValueError(f"data.tokenizer must be 'bytes', 'bpe', a tokenizers JSON file or a hub id, got {spec!r}")
-    if os.path.isfile(spec):
-        return "file"
-    if HUB_ID.match(spec) and not spec.endswith(".json"):
-        return "hub"
-    raise ValueError(f"data.tokenizer: no such file {spec!r} (use 'bytes', 'bpe', a tokenizers JSON file or a "
-                     f"hub id such as 'owner/name')")
-
-
-def check_tokenizer(spec: Any) -> None:
-    """Raise ValueError (one line) unless ``spec`` names a tokenizer (module docstring). Reads no network."""
-    tokenizer_kind(spec)
-
-
 def tokenizer_identity(spec: str) -> str:
     """"bytes", "file:" + the SHA-256 of the tokenizer file (an edited file makes a new cache), or
-    "hub:" + the repository. (A trained BPE is identified by its training fingerprint: data_bpe.)"""
+    "hub:" + the repository. (A trained BPE is identified by its training fingerprint: data.bpe.)"""
     kind = tokenizer_kind(spec)
     if kind == "file":
         with open(spec, "rb") as f:
@@ -82,12 +58,12 @@ def tokenizer_identity(spec: str) -> str:
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
-    """The tokenizer named by ``spec``: bytes, a file or a hub id ("bpe" is trained first: data_bpe)."""
+    """The tokenizer named by ``spec``: bytes, a file or a hub id ("bpe" is trained first: data.bpe)."""
     kind = tokenizer_kind(spec)
     if kind == BYTES:
         return Tokenizer(identity=BYTES, vocab_size=256, eos_id=0, byte_level=True)
     if kind == BPE:
-        raise ValueError("data.tokenizer 'bpe' is trained on the data first (objectives.data_bpe.train_bpe)")
+        raise ValueError("data.tokenizer 'bpe' is trained on the data first (objectives.data.bpe.train_bpe)")
     from tokenizers import Tokenizer as HFTokenizer  # imported only when a tokenizer is really used
 
     if kind == "hub":
@@ -105,30 +81,24 @@ def load_tokenizer(spec: str) -> Tokenizer:
     return from_backend(tokenizer_identity(spec), backend)
 
 
+def vocab_size_of(data: dict[str, Any] | None) -> int:
+    """Vocabulary size the model needs for this data: 256 for bytes, alphabet + 1 for synthetic data,
+    ``tokenizer_vocab`` for a BPE still to be trained (an upper bound: a small corpus may run out of merges),
+    the tokenizer's vocabulary for a file or a hub id."""
+    data = normalize_data(data)
+    if data["source"] == "synthetic":
+        return data["alphabet"] + 1
+    if data["tokenizer"] == BPE:
+        return data["tokenizer_vocab"]
+    return load_tokenizer(data["tokenizer"]).vocab_size
+
+
 def from_backend(identity: str, backend: Any) -> Tokenizer:
     """Wrap a ``tokenizers.Tokenizer``: its full vocabulary (added tokens included) and its end-of-text id."""
     vocab = backend.get_vocab(with_added_tokens=True)
     eos = next((vocab[name] for name in EOS_NAMES if name in vocab), None)
     return Tokenizer(identity=identity, vocab_size=backend.get_vocab_size(with_added_tokens=True), eos_id=eos,
                      byte_level=False, backend=backend)
-
-
-def check_hub_reachable(what: str) -> None:
-    """Fail at once, with one line, when the hub cannot be used: offline mode set, or no TCP connection to
-    the endpoint within a few seconds (hub clients would otherwise retry for minutes)."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in _TRUE:
-            raise ValueError(f"{what} needs the Hugging Face hub but {var} is set; use local data or a local "
-                             f"tokenizer file, or unset {var}")
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = endpoint.hostname or "huggingface.co"
-    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as err:
-        raise ValueError(f"{what}: cannot reach the Hugging Face hub at {host}:{port} "
-                         f"({err.__class__.__name__}: {err}); offline, use local data or a local tokenizer "
-                         f"file") from None
 
 
 def _first_line(err: BaseException) -> str:
