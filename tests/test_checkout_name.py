@@ -3,8 +3,10 @@ is no Python identifier. The repository root is therefore no package (``loopscal
 the top-level folders its subpackages, mapped in pyproject.toml), so pytest never imports the root by its name."""
 
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -15,14 +17,27 @@ SKIP = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".pytest_cach
                               "loopscale-runs", ".venv", "test-artifacts", "build", "site")
 
 
+def sees_this_interpreters_packages(env_dir: Path) -> Path:
+    """A new venv whose imports find what this interpreter finds (what tests/run.sh installed: the README's
+    `pip install`, setuptools among it), standing in for the install, so that only loopscale itself is new there.
+    Not ``system_site_packages``: that is the BASE interpreter's folder, which inside a virtual environment is
+    not where the project's packages were installed. The folders are listed in a .pth file as plain paths, so
+    their own .pth files (this interpreter's editable loopscale) are not run there. Returns its python."""
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = dict.fromkeys([*site.getsitepackages(), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+    (Path(purelib) / "this_interpreters_packages.pth").write_text("".join(f"{folder}\n" for folder in ours))
+    return python
+
+
 @pytest.mark.integration
 def test_a_checkout_named_loopscale_main_installs_runs_its_cli_and_collects_its_tests(tmp_path):
     checkout = tmp_path / "loopscale-main"
     shutil.copytree(ROOT, checkout, ignore=SKIP)
     env_dir = tmp_path / "venv"
-    # this interpreter's packages stand in for the README's `pip install`; only loopscale itself is new
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
-    python = env_dir / "bin" / "python"
+    python = sees_this_interpreters_packages(env_dir)
 
     def run(*cmd):
         done = subprocess.run(cmd, cwd=checkout, capture_output=True, text=True, timeout=600)
