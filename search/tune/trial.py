@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import tune
@@ -38,9 +38,11 @@ from loopscale import objectives
 from loopscale.objectives import TrialConfig
 from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
 
-from ..tracking import TrialTracker, store_errors
 from .receipts import JsonFile, Receipt
 from .studies import METRIC, finite
+
+if TYPE_CHECKING:
+    from ..tracking import TrialTracker
 
 INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
 # ... and that receipt itself, for the driver to keep on the trial's MLflow run (``Receipt.carried``)
@@ -170,6 +172,8 @@ def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
     """Log, with their receipts, the trials ``hold_unsaved`` kept for the stage whose receipts folder is
     ``receipts`` (a trial logged already is left as it is: ``TrialTracker.start``), then forget them; how many
     were held. Raises ``StoreFailure`` when the store fails."""
+    from ..tracking import store_errors  # the driver's half: a trial's worker never loads MLflow (~1 s a worker)
+
     held = _internal_kv_list(f"{receipts.rstrip('/')}/", namespace=KV_NAMESPACE)
     if held:
         with store_errors():
