@@ -24,7 +24,7 @@ matrix learning rate re-measured for the CPU-sized models (note below)::
                                last warmdown_frac of the steps (the schedule warmdown branches need)
     warmdown_frac  0.2         "wsd": share of the run's steps spent warming down
     branch_budgets []          "wsd": budgets C_k below the trial's at which it branches a warmdown from its
-                               constant phase and records the loss at D_k = C_k / F (objectives/train.py)
+                               constant phase and records the loss at D_k = C_k / F (objectives/training.py)
     warmup_frac    None        share of steps for linear warmup; None -> 0 (paper) / 0.05 (cosine)
     final_lr_frac  0.1         learning rate at the last step, as a share of the peak
     micro_batch    None        tokens per micro-batch (gradient accumulation); None -> the whole batch

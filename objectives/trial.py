@@ -23,7 +23,7 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
                           train only (see objectives.train)
 
 Both objectives return a dict with ``METRIC_KEYS`` (and nothing else, but for a training trial with warmdown
-branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/train.py): ``val_loss`` in nats per token, ``val_bpb`` bits
+branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/training.py): ``val_loss`` in nats per token, ``val_bpb`` bits
 per byte (NaN where it does not apply: simulated trials, synthetic data), ``status`` "ok" | "diverged" and
 ``reason`` ("" when ok). A training trial resumed from a checkpoint (objectives/checkpoint.py) also returns
 ``RESUME_KEYS``, and marks its progress reports with them.

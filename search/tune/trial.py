@@ -36,12 +36,13 @@ from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists,
 
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
-from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
 
 from .receipts import JsonFile, Receipt
 from .studies import METRIC, finite
 
 if TYPE_CHECKING:
+    from loopscale.objectives.checkpoint import Checkpointing
+
     from ..tracking import TrialTracker
 
 INFRA_KEY = "infra_error"  # a trial's result that could not be kept on disk (its receipt): the sweep stops
@@ -98,6 +99,8 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
     """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
     taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); one asked for
     by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune holds restored."""
+    from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state  # torch: training only
+
     trial_id = tune.get_context().get_trial_id()
 
     def save(state: dict[str, Any]) -> None:
@@ -236,6 +239,8 @@ def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str =
     import ray.train
     import ray.train.torch
     import torch.distributed as dist
+
+    from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
 
     trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
     checkpoint = None
