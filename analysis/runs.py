@@ -2,7 +2,7 @@
 
 Columns: run_id, sweep, stage, r, budget_flops, width, n_prelude, n_recur, n_coda, N_once, N_rec, N_embed,
 flops_per_token, tokens, flops_spent, val_loss, status (+ lr, seed, objective, reason, cell, s, batch_tokens and
-the trial's ``template.*`` keys where recorded). A trial with warmdown branches (objectives/train.py) records
+the trial's ``template.*`` keys where recorded). A trial with warmdown branches (objectives/training.py) records
 ``branch<i>.*`` values; each branch becomes a row of its own (``expand_branches``), with the trial's sizes,
 the branch's budget, tokens, FLOPs and loss, run_id ``<trial run_id>/branch<i>`` and ``branch_of`` = the
 trial's run_id. A branch that repeats a run already in the table (same stage, r, width, tokens, rate, seed and
@@ -163,7 +163,7 @@ def mark_repeated_branches(runs: pd.DataFrame) -> pd.DataFrame:
     trial itself when one was trained for those tokens, else the first such branch.
 
     A warmdown branch follows the rates and batches of the run trained outright for its tokens
-    (objectives/train.py), so with the sweep's shared init and data seeds it is that run; counting both
+    (objectives/training.py), so with the sweep's shared init and data seeds it is that run; counting both
     would weigh one measurement twice in the fit and narrow its intervals for nothing. The rate is part of
     the key: under MuonH's data rule the outright run's rate differs from its parent trial's, and then the
     branch is a point of its own.

@@ -1,9 +1,10 @@
 """Names a package resolves on first use (PEP 562), so that a process loads only what it uses.
 
-The top level, ``model``, ``analysis`` and ``search`` export their public names this way: ``import loopscale``
-and the analysis load no torch, and the command line's parser neither scipy nor matplotlib. (``objectives`` does
-not: its ``train`` and ``simulate`` share their submodules' names, which importing a submodule would rebind.) It
-lives in ``model``, the package every other one may import (tests/test_import_graph.py).
+The top level, ``model``, ``objectives``, ``analysis`` and ``search`` export their public names this way:
+``import loopscale``, the analysis and a simulated sweep's driver load no torch, and the command line's parser
+neither scipy nor matplotlib. A name exported this way must not be a submodule's name too: importing the submodule
+would bind it in the package, hiding the export. It lives in ``model``, the package every other one may import
+(tests/test_import_graph.py).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ retries = 1
 
 
 def streamed_steps(steps: int) -> set[int]:
-    """The steps at which a training trial of ``steps`` steps reports its loss (objectives/train.py)."""
+    """The steps at which a training trial of ``steps`` steps reports its loss (objectives/training.py)."""
     return {1, steps, *range(LOG_EVERY, steps + 1, LOG_EVERY)}
 
 

@@ -20,7 +20,7 @@ from loopscale.objectives.data.bpe import bpe_fingerprint, tokenizer_fingerprint
 from loopscale.objectives.data.sources import kjv_chapters
 from loopscale.objectives.data.spec import normalize_data
 from loopscale.objectives.data.synthetic import synthetic_params, true_log_probs
-from loopscale.objectives.train import trial_data
+from loopscale.objectives.training import trial_data
 from loopscale.objectives import TrialConfig
 
 T = 128

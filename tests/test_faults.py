@@ -1,4 +1,4 @@
-"""Faults inside trials, injected for real through the simulated objective's testing aid (objectives/simulate.py):
+"""Faults inside trials, injected for real through the simulated objective's testing aid (objectives/simulation.py):
 a trial that raises, one that returns NaN, one killed by SIGKILL of its own worker process (what the out-of-memory
 killer does) and a worker process that exits. The sweep must finish, retry each failure exactly
 ``[resources] retries`` times, record every outcome in MLflow with its status and reason, and the analysis must

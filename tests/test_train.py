@@ -14,7 +14,7 @@ from loopscale.objectives import (METRIC_KEYS, RECIPE_DEFAULTS, TrialConfig, dev
 from loopscale.objectives.peak import peak_description
 from loopscale.objectives import lr_rules
 from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, trial_lrs
-from loopscale.objectives.train import trial_data
+from loopscale.objectives.training import trial_data
 
 T = 128
 BATCH = 4096

@@ -106,7 +106,7 @@ def _probe_copy(configs: list[objectives.TrialConfig], device: str, threads: int
                 barrier: object, results: object) -> None:
     """One copy of the side-by-side probe: time every config after the other copies are ready to."""
     torch.set_num_threads(threads)
-    runtime.keep_freed_memory(torch.device(device))  # as the trials run (objectives/train.py)
+    runtime.keep_freed_memory(torch.device(device))  # as the trials run (objectives/training.py)
     try:
         with tempfile.TemporaryDirectory() as cache:
             out = []

@@ -18,3 +18,6 @@ import os
 # the driver's Ray core installs a C++ crash handler that turns a SIGTERM (while ray.init connects, before the
 # sweep takes the signal back) into a stack dump and an abort (cluster.start_ray).
 os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+# Tune's own per-trial result files (result.json, progress.csv, TensorBoard events): the sweep's record is MLflow
+# and its receipts, so they would be bytes and CPU at every report, and TensorBoardX loads torch into the driver.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")

@@ -12,6 +12,8 @@ import signal
 import optuna
 import ray
 
+from loopscale.model import BUILTIN
+
 from ..spec import SweepSpec
 from ..stopping import SweepInterrupted, signal_name, signals_noted
 from . import live
@@ -53,9 +55,12 @@ def runtime_env(spec: SweepSpec) -> dict | None:
     """The job's Ray runtime environment: the architecture's file or package as ``py_modules``, uploaded to the
     cluster and importable on every worker whether or not it shares this machine's file system
     (model/architecture.py imports it by name there); None for the built-in and installed packages."""
-    from loopscale.model import architecture  # torch, which the driver loads anyway
+    name = spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).architecture
+    if name == BUILTIN:  # every worker has it; and the driver of a simulated sweep then never loads torch
+        return None
+    from loopscale.model import architecture  # torch
 
-    modules = architecture.ray_modules(spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).architecture)
+    modules = architecture.ray_modules(name)
     return {"py_modules": modules} if modules else None
 
 

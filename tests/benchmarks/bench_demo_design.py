@@ -24,7 +24,7 @@ A branch at a width its cell also trained is left out, as analysis.runs marks it
 
 Designs: per cell, the widths a bracketing sampler lands on (multiples around the law's optimal width, rounded
 to buildable widths; the real sampler does not know the law, so this flatters every design alike), trained at
-the cell's budget; ``branches``: every trial also branches warmdowns at all smaller budgets (objectives/train.py),
+the cell's budget; ``branches``: every trial also branches warmdowns at all smaller budgets (objectives/training.py),
 adding points to the lower cells for ~20% of those budgets' FLOPs. Cost = sum of budgets (+ warmdown FLOPs).
 Wall: ``loopscale plan``'s model of the whole ``loopscale demo`` (search/plan.py: its stages replayed over the
 trial slots, Ray's and each stage's start, the analysis) for the demo preset with the design's budgets, head

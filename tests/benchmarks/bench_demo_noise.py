@@ -34,7 +34,7 @@ import numpy as np
 
 from loopscale.objectives import train
 
-train_module = importlib.import_module("loopscale.objectives.train")  # the package re-exports train()
+train_module = importlib.import_module("loopscale.objectives.training")
 
 TEMPLATE = dict(depth=8, prelude=2, coda=2, width_unit=4, head_dim=4, injection="linear", vocab_size=256,
                 seq_len=128)
@@ -43,7 +43,7 @@ EVAL_SIZES = (8192, 32768)
 
 
 class PrefixEval:
-    """Wraps objectives.train.evaluate: also evaluates the model on nested prefixes of the validation rows."""
+    """Wraps objectives.training.evaluate: also evaluates the model on nested prefixes of the validation rows."""
 
     def __init__(self, sizes: tuple[int, ...]):
         self.sizes, self.last = sizes, {}

@@ -4,7 +4,7 @@
     python tests/benchmarks/bench_warmdown.py --seeds 5 --s 4
 
 For each seed (model init and data order), one trial at budget C with schedule "wsd" branches warmdowns at
-C/4 and C/2 (objectives/train.py); next to it, runs trained for those D_k outright, with the wsd schedule
+C/4 and C/2 (objectives/training.py); next to it, runs trained for those D_k outright, with the wsd schedule
 (what the branch stands for) and with the paper's linear-decay schedule (what a grid of separate runs would
 use). Printed per D_k: mean |branch - outright| for both, and the run-to-run scatter (standard deviation over
 seeds of the outright paper-schedule runs). Target: branch vs outright within that scatter. Quality figures:
