@@ -6,6 +6,7 @@ parameter no forward reads) refused by ``plan`` and ``check-arch`` in one line n
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,47 @@ def test_the_hash_follows_the_architecture_s_source_not_its_folder(tmp_path):
     edited = tmp_path / "one" / "tiny_loop.py"
     edited.write_text(edited.read_text() + "\n# an edit\n")
     assert SweepSpec.from_toml(tmp_path / "one" / "spec.toml").spec_hash != hashes[0]
+
+
+def test_a_helper_module_the_architecture_imports_is_part_of_its_source(tmp_path, capsys, monkeypatch):
+    """An edit to a helper that the architecture file imports from its folder (here inside the factory) is a new
+    architecture: new counts from check-arch (not the cached old ones), a new sweep hash; a file in the folder
+    that it does not import is not part of it."""
+    (tmp_path / "widths.py").write_text("HIDDEN = 2\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
+    (tmp_path / "helped.py").write_text(FIXTURE.read_text() + '''
+
+class Helped(TinyLoop):
+    def __init__(self, config, hidden):
+        super().__init__(config)
+        self.extra, self.back = nn.Linear(config.width, hidden, bias=False), nn.Linear(hidden, config.width)
+
+    def forward(self, idx, targets=None):
+        x = self.prelude(self.embed(idx))
+        x = x + self.back(self.extra(x))
+        for _ in range(self.r):
+            x = self.core(x)
+        logits = self.head(self.norm(self.coda(x)))
+        return logits if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
+
+
+def helped(config):
+    from widths import HIDDEN
+    return Helped(config, HIDDEN)
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = spec_file(tmp_path, template={"architecture": "helped.py:helped"}, budgets=[1e12], recurrences=[2],
+                     widths={"s_min": 1, "s_max": 1}, cache_dir=str(tmp_path / "cache"))
+    first = SweepSpec.from_toml(spec).spec_hash
+    counts = []
+    for hidden in (2, 3):
+        (tmp_path / "widths.py").write_text(f"HIDDEN = {hidden}\n")
+        monkeypatch.delitem(sys.modules, "widths", raising=False)  # a new process would import the edit
+        assert main(["check-arch", str(spec)]) == 0
+        row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["2"])
+        counts.append(int(row[2].replace(",", "")))
+    assert counts[1] - counts[0] == 2 * 16
+    assert SweepSpec.from_toml(spec).spec_hash != first
+    edited = SweepSpec.from_toml(spec).spec_hash
+    (tmp_path / "unrelated.py").write_text("X = 2\n")
+    assert SweepSpec.from_toml(spec).spec_hash == edited
