@@ -15,6 +15,7 @@ marked ok but with a missing or impossible number) stay in the table with their 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pandas as pd
 
 from .options import MAX_RUNS
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
-from .store import BRANCH_COLUMN
+from .store import BRANCH_COLUMN, OPTIONS_PARAM
 
 RUN_COLUMNS = ("run_id", "sweep", "stage", "r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda",
                "N_once", "N_rec", "N_embed", "flops_per_token", "tokens", "flops_spent", "val_loss", "status")
@@ -250,9 +251,11 @@ def template_of(runs: pd.DataFrame) -> tuple[dict[str, Any], int, str]:
         values = runs[column].dropna().astype(str).unique()
         if len(values) > 1:
             raise ValueError(f"runs disagree on {column}: {', '.join(sorted(values))}")
-        if len(values) == 1 and values[0] != "None":
+        if len(values) == 1 and column == OPTIONS_PARAM:
+            template["options"] = json.loads(values[0])
+        elif len(values) == 1 and values[0] != "None":
             key, _, option = column.removeprefix("template.").partition(".")
-            if option:  # a factory's option, flattened as template.options.<name>
+            if option:  # a factory's option, flattened as template.options.<name> by an older version
                 template.setdefault(key, {})[option] = _parse(values[0])
             else:
                 template[key] = _parse(values[0])

@@ -48,6 +48,10 @@ PAGE_SIZE = 1000
 # the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
 # objectives): the trial run's metrics in the store, the runs table's columns after reading
 BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
+# A factory's options are one param, their JSON, so that their types survive the store (a param is a string,
+# and ``1.0`` or ``"1"`` flattened as text read back as the int 1): written by search/tracking.py, read by
+# analysis/runs.py. An older version logged them flat, as ``template.options.<name>`` = str(value).
+OPTIONS_PARAM = "template.options"
 # A URI's scheme and everything after it up to a space or quote. Its credentials run to the LAST '@' (a
 # password may hold '@', '/' or ':' unescaped: users paste them so); the user ends at the first ':'.
 _URI = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s\"'<>`]*)")

@@ -25,9 +25,11 @@ a factory that raises or returns no ``torch.nn.Module``.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +40,7 @@ import torch.nn as nn
 from .config import BUILTIN, LoopedConfig
 
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {}
+MAX_SOURCES = 256  # files an architecture's imports may reach under its folder (``_imported``)
 
 
 def split(architecture: str) -> tuple[str, str]:
@@ -126,20 +129,83 @@ def build(config: LoopedConfig) -> nn.Module:
 
 
 def source_files(architecture: str) -> list[Path]:
-    """The file(s) whose source defines the architecture: its module's file (the package's ``__init__`` for a
-    package), for the measured accounting's fingerprint."""
+    """The files whose source defines the architecture, for the measured accounting's fingerprint: its module's
+    file (the package's ``__init__`` for a package) and, transitively, every module of the user's own that its
+    source imports (``_imported``)."""
     if architecture == BUILTIN:
         return [Path(__file__).with_name("looped.py")]
     module = _module_of(architecture)
-    return [Path(module.__file__)] if getattr(module, "__file__", None) else []
+    if not getattr(module, "__file__", None):
+        return []
+    start = Path(module.__file__).resolve()
+    if _installed(start):
+        return [start]  # its version pins its helpers
+    if is_file(architecture) or "." not in module.__name__ and start.name != "__init__.py":
+        return _imported(start, start.parent, None)
+    top = importlib.import_module(module.__name__.split(".")[0])
+    return _imported(start, Path(top.__file__).resolve().parent.parent, top.__name__)
+
+
+def _imported(start: Path, base: Path, package: str | None) -> list[Path]:
+    """``start`` and the files its imports reach under ``base``, transitively, in a stable order: the user's
+    helper modules. Read from the source (``import a.b``, ``from a import b``, relative imports, also inside
+    functions), not from ``sys.modules``: the answer must not depend on what this process imported before, nor
+    on whether the factory ran yet. An absolute import is looked up under ``base`` (the architecture file's
+    folder, or the folder holding its top-level ``package``, whose name it must then start with), so the
+    standard library and installed packages never enter, and neither does an unimported file of the folder.
+    A module loaded by a computed name (``importlib.import_module(name)``) is not seen."""
+    found, todo = [], [start]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.append(path)
+        if len(found) > MAX_SOURCES:
+            raise ValueError(f"architecture source {start}: its imports reach more than {MAX_SOURCES} files under "
+                             f"{base}")
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except SyntaxError:
+            continue  # importing it fails on its own line, if anything imports it
+        for node in ast.walk(tree):
+            for folder, dotted in _import_targets(node, path, base, package):
+                todo += [p for p in _module_files(folder, dotted) if p.is_relative_to(base) and p not in found]
+    return [start, *sorted(found[1:])]
+
+
+def _import_targets(node: ast.AST, path: Path, base: Path, package: str | None) -> list[tuple[Path, list[str]]]:
+    """(folder, dotted name as parts) of every module an import statement may load."""
+    if isinstance(node, ast.Import):
+        names = [alias.name.split(".") for alias in node.names]
+        return [(base, parts) for parts in names if package is None or parts[0] == package]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        folder, parts = path.parents[node.level - 1], (node.module or "").split(".") if node.module else []
+    elif package is None or (node.module or "").split(".")[0] == package:
+        folder, parts = base, node.module.split(".")
+    else:
+        return []
+    return [(folder, parts)] + [(folder, [*parts, alias.name]) for alias in node.names]  # from a import module
+
+
+def _module_files(folder: Path, parts: list[str]) -> list[Path]:
+    """The files importing ``parts`` from ``folder`` runs: each package's ``__init__.py`` and the module's file."""
+    files = [folder.joinpath(*parts[:i], "__init__.py") for i in range(1, len(parts) + 1)]
+    files.append(folder.joinpath(*parts).with_suffix(".py") if parts else folder / "__init__.py")
+    return [f.resolve() for f in files if f.is_file()]
 
 
 def fingerprint(architecture: str) -> str:
-    """sha256 over the architecture's factory (a file by its name, not its folder) and its source: the same file
-    in another checkout is the same architecture, an edited file a new one."""
+    """sha256 over the architecture's factory (a file by its name, not its folder) and its source, helper
+    modules by their path relative to the architecture's file: the same files in another checkout are the same
+    architecture, an edited one a new one."""
     target, attribute = split(architecture)
     digest = hashlib.sha256(f"{Path(target).name if target.endswith('.py') else target}:{attribute}".encode())
-    for path in source_files(architecture):
+    files = source_files(architecture)
+    for i, path in enumerate(files):
+        if i:
+            digest.update(os.path.relpath(path, files[0].parent).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -155,8 +221,12 @@ def ray_modules(architecture: str) -> list[str]:
         return [target]
     top = importlib.import_module(target.split(".")[0])
     location = Path(top.__path__[0]) if hasattr(top, "__path__") else Path(top.__file__)
-    installed = any(part in ("site-packages", "dist-packages") for part in location.parts)
-    return [] if installed or top.__name__ == "loopscale" else [str(location)]
+    return [] if _installed(location) or top.__name__ == "loopscale" else [str(location)]
+
+
+def _installed(path: Path) -> bool:
+    """Under an installed packages' folder (every worker has it, its version fixes its source)."""
+    return any(part in ("site-packages", "dist-packages") for part in path.parts)
 
 
 def roles_asked(module: nn.Module) -> dict[str, str]:

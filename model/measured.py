@@ -3,19 +3,37 @@
 The module is built on the meta device (no memory, no arithmetic) at the trial's shape and run once on one
 sequence of ``seq_len`` tokens:
 
-* **Roles.** Every read of a parameter, or of a view of it, by an aten operation is recorded as an access: the
-  view path from the parameter, the operation, the argument position and the operation's other non-tensor
-  arguments. A parameter read the same way more than once per forward (the shared block, run r times) is
-  ``loop`` (N_rec); one whose every access happens once is ``once`` (N_once), and so are per-loop slices of one
-  tensor (``A[i]`` at loop i: a different view path each loop). The token embedding and the vocabulary
-  projection are ``embed`` (N_embed): an ``nn.Embedding`` of ``vocab_size`` rows and the last ``nn.Linear`` with
-  ``vocab_size`` outputs a forward calls, tied or not (``architecture.embed_names``).
-  ``module.loopscale_roles()`` overrides the roles of the parameters it names. A parameter no forward reads is
-  an error (it would count as a model size but never train).
+* **Roles.** Every read of a parameter by an aten operation is recorded as an access: the path of operations
+  from the parameter (views, casts and any arithmetic on weights alone, such as ``w = W * scale``: data flow
+  from parameters that does not pass through the tokens), the operation, the argument position and its other
+  non-tensor arguments. Per parameter, n(r) is how often its most repeated access happens in one forward at r.
+  The module is built a second time at r' = 2r (else r + 1, the first the factory builds; the same shapes and
+  shared block, ``n_recur`` layers, run r' times: LoopedConfig needs no divisibility, only ``iso_depth`` does)
+  and the role follows from the growth: n(r') = n(r) is ``once`` (N_once), n(r') / n(r) = r' / r is ``loop``
+  (N_rec). A weight read several times whatever r (a prelude over token chunks, a GRU's steps, a prelude
+  reused as the coda) is once; per-loop slices of one tensor (``A[i]`` at loop i: a different path each loop)
+  are once; a weight read in the loop and outside it (n = r + c) has no role and is refused in one line, as is
+  a module that no second r builds: ``module.loopscale_roles()`` declares roles, and overrides the measured
+  role of the parameters it names. At r = 1 nothing repeats and every role is once (all of N is N_once), but
+  the growth is still measured (r' = 2), so a module whose roles cannot be read is refused at every r.
+  The token embedding and the vocabulary projection are ``embed`` (N_embed): an ``nn.Embedding`` of
+  ``vocab_size`` rows and the last ``nn.Linear`` with ``vocab_size`` outputs a forward calls, tied or not
+  (``architecture.embed_names``). A parameter no forward reads is an error (it would count as a model size but
+  never train), and so is a module without parameters.
 * **FLOPs.** ``torch.utils.flop_counter.FlopCounterMode`` over forward and backward of the loss, divided by the
   tokens. On the meta device attention counts in full (4 h q T per layer forward, as the paper counts it); the
   fused CPU flash-attention kernel would count 0. Norm scales, softmax and element-wise work count nothing (the
   closed form of LoopedLM counts 6 FLOPs per norm scale: the one difference, model/accounting.py).
+  The count is checked against a floor, call by call in the forward. An *application* reads a weight-derived
+  tensor W of two or more dimensions (n entries) together with tokens, in an operation that is neither
+  element-wise, a view nor a gather (``_Reads``). Whatever its layout (a matmul over T tokens costs 2 n T, a
+  matrix-vector product 2 n, a depthwise convolution 2 n T / d_in ... ), it multiplies every entry of W at
+  least once, so it costs at least 2 n FLOPs in the counter's convention (a multiply-add is 2). An application
+  counted below 2 n is an op the counter has no formula for (``torch.mv``, a custom kernel: counted 0) and is
+  refused in one line naming it, however small its share of the total: a floor summed over the model (2 n per
+  token and application, x 3 with backward's dW and dX) would be masked by attention, which it cannot bound.
+  A total of 0 FLOPs (a module whose work is all element-wise) is refused too: budgets are spent in FLOPs.
+  Backward is counted, not checked: a custom autograd function's backward in uncounted ops goes unseen.
 
 Results are kept per process and, once ``cache_in`` named a folder (the sweep's cache_dir), as JSON under
 ``<cache>/architectures/``, keyed by the architecture's source fingerprint, its options and the config's shape.
@@ -82,12 +100,16 @@ def measure_module(config: LoopedConfig) -> tuple[Accounting, dict[str, str]]:
     with torch.device("meta"):
         module = architecture.build(config)
         idx = torch.zeros(1, config.seq_len, dtype=torch.long)
-    check_output(module, config, idx)
-    roles = parameter_roles(module, config, idx)
     sizes = dict(module.named_parameters())
+    if not sizes:
+        raise ValueError(f"architecture {config.architecture!r}: the module has no parameters, nothing to count "
+                         f"or train")
+    check_output(module, config, idx)
+    flops, reads = training_flops(module, config, idx)
+    roles = parameter_roles(module, config, reads)
     count = {role: sum(sizes[name].numel() for name, r in roles.items() if r == role) for role in ROLES}
     return Accounting(N_once=count["once"], N_rec=count["loop"], N_embed=count["embed"],
-                      flops_per_token=training_flops(module, config, idx)), roles
+                      flops_per_token=flops), roles
 
 
 def check_output(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -> None:
@@ -117,72 +139,152 @@ def call_forward(module: nn.Module, name: str, idx: torch.Tensor, targets: torch
                          f"{text[0] if text else '(no message)'}") from None
 
 
-class _Accesses(TorchDispatchMode):
-    """Records each parameter's accesses (module docstring) during one forward."""
+class _Reads(TorchDispatchMode):
+    """Records, during one forward, each parameter's reads (module docstring) and, under a ``FlopCounterMode``
+    entered before it, the first application of a weight that the counter counts below its floor.
 
-    def __init__(self, params: dict[int, str]):
+    A tensor is an activation when it flows from the tokens (``inputs``), weight-derived when it flows from
+    parameters and not from the tokens (a view, a cast, ``W * scale``): reading it reads those parameters, along
+    the path of operations that derived it. An application is an operation, neither element-wise, a view nor
+    a gather, that reads a weight-derived tensor of two or more dimensions together with an activation.
+    """
+
+    def __init__(self, params: dict[int, str], inputs: tuple[torch.Tensor, ...], counter: FlopCounterMode | None):
         super().__init__()
-        self.origin: dict[int, tuple[str, tuple]] = {i: (name, ()) for i, name in params.items()}
-        self.keep: list[torch.Tensor] = []  # views stay alive, so that no other tensor reuses their id
+        self.origin: dict[int, tuple[tuple[str, tuple], ...]] = {i: ((name, ()),) for i, name in params.items()}
+        self.activations = {id(t) for t in inputs}
+        self.keep: list[torch.Tensor] = []  # outputs stay alive, so that no other tensor reuses their id
         self.accesses: dict[str, dict[tuple, int]] = defaultdict(lambda: defaultdict(int))
+        self.counter, self.uncounted = counter, None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         flat, _ = tree_flatten((args, kwargs))
         others = tuple(repr(a) for a in flat if not isinstance(a, torch.Tensor))
-        sources = [self.origin[id(a)] for a in flat if isinstance(a, torch.Tensor) and id(a) in self.origin]
+        derived: list[tuple[str, tuple]] = []
         for position, a in enumerate(flat):
-            if isinstance(a, torch.Tensor) and id(a) in self.origin:
-                name, path = self.origin[id(a)]
+            for name, path in self.origin.get(id(a), ()):
                 self.accesses[name][(path, str(func), position, others)] += 1
+                derived.append((name, (*path, (str(func), position, others))))
+        fed = any(isinstance(a, torch.Tensor) and id(a) in self.activations for a in flat)
+        weights = [a for a in flat if isinstance(a, torch.Tensor) and id(a) in self.origin and a.dim() >= 2]
+        before = self.counter.get_total_flops() if self.counter is not None else 0
         out = func(*args, **kwargs)
-        schema_args = func._schema.arguments
-        is_view = bool(schema_args) and schema_args[0].alias_info is not None and not schema_args[0].alias_info.is_write
-        if sources and (is_view or func is torch.ops.aten._to_copy.default):
-            name, path = sources[0]
-            for o in tree_flatten(out)[0]:
-                if isinstance(o, torch.Tensor):
-                    self.origin[id(o)] = (name, (*path, (str(func), others)))
-                    self.keep.append(o)
+        if fed and weights and self.counter is not None and self.uncounted is None and _applies(func):
+            if self.counter.get_total_flops() - before < 2 * sum(w.numel() for w in weights):
+                self.uncounted = (str(func), self.origin[id(weights[0])][0][0])
+        for o in tree_flatten(out)[0]:
+            if isinstance(o, torch.Tensor) and (fed or derived):
+                self.keep.append(o)
+                if fed:
+                    self.activations.add(id(o))
+                    self.origin.pop(id(o), None)
+                else:
+                    self.origin[id(o)] = tuple(derived)
         return out
 
 
-def parameter_roles(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -> dict[str, str]:
-    """The role of every parameter by name (module docstring)."""
-    params = dict(module.named_parameters())
-    recorder = _Accesses({id(p): name for name, p in params.items()})
+_GATHERS = ("embedding", "_embedding_bag", "embedding_bag", "index", "index_select", "gather", "take", "cat",
+            "stack", "copy_", "index_put", "index_put_", "scatter", "masked_scatter")
+
+
+def _applies(func) -> bool:
+    """An operation that may apply a weight: neither element-wise, a view nor a gather (``_Reads``)."""
+    first = func._schema.arguments[0].alias_info if func._schema.arguments else None
+    return (torch.Tag.pointwise not in func.tags and (first is None or first.is_write)
+            and func.overloadpacket.__name__ not in _GATHERS)
+
+
+def _reads(module: nn.Module, config: LoopedConfig, idx: torch.Tensor,
+           counter: FlopCounterMode | None = None) -> _Reads:
+    """The reads of one forward: of the logits, or under ``counter`` of the loss (then backward runs outside)."""
+    recorder = _Reads({id(p): name for name, p in module.named_parameters()}, (idx,), counter)
     with recorder:
-        call_forward(module, config.architecture, idx)
+        loss = call_forward(module, config.architecture, idx, None if counter is None else idx)
+    if counter is not None and loss.requires_grad:
+        loss.backward()
+    return recorder
+
+
+def _most_reads(recorder: _Reads) -> dict[str, int]:
+    """Per parameter, how often its most repeated access happens in one forward."""
+    return {name: max(accesses.values()) for name, accesses in recorder.accesses.items()}
+
+
+def parameter_roles(module: nn.Module, config: LoopedConfig, reads: dict[str, int]) -> dict[str, str]:
+    """The role of every parameter by name (module docstring), from ``reads`` (``_most_reads`` at config.r)."""
+    params = dict(module.named_parameters())
     embedding = architecture.embed_names(module, config.vocab_size)
-    roles: dict[str, str] = {}
-    for name in params:
-        if name in embedding:
-            roles[name] = "embed"
-        elif name in recorder.accesses:
-            roles[name] = "loop" if max(recorder.accesses[name].values()) > 1 else "once"
-    for name, role in architecture.roles_asked(module).items():
+    asked = architecture.roles_asked(module)
+    for name, role in asked.items():
         if name not in params:
             raise ValueError(f"architecture {config.architecture!r}: loopscale_roles() names {name!r}, which is no "
                              f"parameter of the module")
         if role not in ROLES:
             raise ValueError(f"architecture {config.architecture!r}: loopscale_roles() gives {name!r} the role "
                              f"{role!r}; roles are {', '.join(ROLES)}")
-        roles[name] = role
-    unused = [name for name in params if name not in roles]
+    unused = [name for name in params if name not in reads and name not in embedding and name not in asked]
     if unused:
         raise ValueError(f"architecture {config.architecture!r}: parameter {unused[0]!r} is read by no forward at "
                          f"r={config.r}" + (f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""))
-    return roles
+    measured = [name for name in params if name not in embedding and name not in asked]
+    grown = _reads_grown(config, measured) if measured else {}
+    roles = {name: "embed" for name in embedding if name in params}
+    for name in measured:
+        (r_a, n_a), (r_b, n_b) = (config.r, reads[name]), grown[name]
+        if n_b is None and r_a == 1:  # the plain stack's layer, replaced in the looped module (once at r = 1)
+            roles[name] = "once"
+        elif n_b is None:
+            raise ValueError(f"architecture {config.architecture!r}: parameter {name!r} is no parameter of the "
+                             f"module built at r={r_b}, so its role cannot be measured; declare it in "
+                             f"loopscale_roles()")
+        elif n_b not in (n_a, n_a * r_b // r_a) or n_a * r_b % r_a:
+            raise ValueError(f"architecture {config.architecture!r}: parameter {name!r} is read {n_a} times per "
+                             f"forward at r={r_a} and {n_b} at r={r_b}, neither the same (used once) nor in "
+                             f"proportion to r (the loop); declare its role in loopscale_roles()")
+        else:
+            roles[name] = "loop" if n_b != n_a and r_a > 1 else "once"
+    return {**roles, **asked}
 
 
-def training_flops(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -> int:
-    """FLOPs of forward + backward of the loss on ``idx``, per token."""
+def _reads_grown(config: LoopedConfig, names: list[str]) -> dict[str, tuple[int, int | None]]:
+    """(r', most repeated access at r') of each named parameter, the module built at r' = 2r, else r + 1 (the
+    first the factory builds): the same shapes and shared block (n_recur), run r' times; ``bptt_k`` keeps its
+    share of the recurrences. None for a name the module at r' has no parameter of, 0 for one it does not read."""
+    tried = []
+    for r in (2 * config.r, config.r + 1):
+        k = None if config.bptt_k is None else max(1, config.bptt_k * r // config.r)
+        try:
+            grown = dataclasses.replace(config, r=r, bptt_k=k)
+            with torch.device("meta"):
+                module = architecture.build(grown)
+                idx = torch.zeros(1, config.seq_len, dtype=torch.long)
+        except ValueError as exc:
+            tried.append(f"r={r}: {exc}")
+            continue
+        params, reads = dict(module.named_parameters()), _most_reads(_reads(module, grown, idx))
+        return {name: (r, reads.get(name, 0) if name in params else None) for name in names}
+    raise ValueError(f"architecture {config.architecture!r}: roles are measured by building the module at a "
+                     f"second r, and {'; '.join(tried)}; declare every role in loopscale_roles()")
+
+
+def training_flops(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -> tuple[int, dict[str, int]]:
+    """(FLOPs of forward + backward of the loss on ``idx`` per token, the most repeated access of every
+    parameter in that forward); a count the module docstring's floor refutes is a one-line ValueError."""
     counter = FlopCounterMode(display=False)
     with counter:
-        loss = call_forward(module, config.architecture, idx, idx)
-        if loss.requires_grad:
-            loss.backward()
-    return round(counter.get_total_flops() / idx.numel())
+        recorder = _reads(module, config, idx, counter)
+    name = config.architecture
+    if recorder.uncounted is not None:
+        op, param = recorder.uncounted
+        raise ValueError(f"architecture {name!r}: {op} applies {param!r} but FlopCounterMode counts it below 2 "
+                         f"FLOPs per weight: an op the FLOP counter does not count; write it with torch.matmul "
+                         f"or F.linear")
+    total = counter.get_total_flops()
+    if total == 0:
+        raise ValueError(f"architecture {name!r}: FlopCounterMode counts 0 FLOPs: its work is element-wise or "
+                         f"in ops the FLOP counter does not count, and budgets are spent in FLOPs")
+    return round(total / idx.numel()), _most_reads(recorder)
 
 
 def _write_whole(path: Path, text: str) -> None:

@@ -8,7 +8,10 @@ width and the smallest r, on one fixed batch of random tokens (``ROWS`` x ``min(
   is a problem (an init whose logits are far from flat trains from a handicap the law would blame on the size);
 * gradients reach every trainable parameter (its ``.grad`` is set after one backward);
 * the same seed builds the same model: the loss at init twice, bit for bit;
-* ``STEPS`` AdamW steps on that batch lower the loss.
+* ``STEPS`` steps of the spec's recipe on that batch (its optimizers, objectives/recipe.py ``build_optimizers``,
+  at the peak rates of a trial of the smallest budget: the groups and rates a sweep trains with) lower the loss;
+* those steps move every trainable parameter: one left bit for bit where it started never trains (a matrix
+  initialised at zero in MuonH's group, which holds every matrix at its initial norm, stays zero).
 
 Each problem is one line; ``plan`` runs this for any architecture other than the built-in.
 """
@@ -20,13 +23,15 @@ import math
 import torch
 
 from loopscale.analysis import numbers
-from loopscale.model import account
-from loopscale.model.architecture import build
+from loopscale.model import account, tokens_for_budget
+from loopscale.model.architecture import build, param_groups
 from loopscale.model.measured import call_forward
+from loopscale.objectives import normalize_recipe
+from loopscale.objectives.recipe import build_optimizers, group_lrs
 
 from .spec import SweepSpec
 
-ROWS, TOKENS, STEPS, LR = 2, 64, 5, 3e-3
+ROWS, TOKENS, STEPS = 2, 64, 5
 INIT_SLACK = 1.0  # nats above log V
 
 
@@ -63,11 +68,20 @@ def check_architecture(spec: SweepSpec) -> tuple[list[str], list[str]]:
     if missed:
         problems.append(f"architecture {name}: no gradient reaches {missed[0]!r}" +
                         (f" (and {len(missed) - 1} more)" if len(missed) > 1 else "") + f" at r={config.r}")
-    after = _trained_loss(model, config.architecture, idx, targets)
-    report.append(f"  loss after {STEPS} AdamW steps on one batch {after:.4f} nats")
+    recipe = normalize_recipe(spec.training.recipe)
+    steps = f"{STEPS} steps of the recipe ({recipe['optimizer']})"
+    after, still = _trained_loss(model, config, spec, recipe, idx, targets)
+    report.append(f"  loss after {steps} on one batch {after:.4f} nats")
     if not after < first.item():
-        problems.append(f"architecture {name}: {STEPS} AdamW steps (lr {LR:g}) on one batch did not lower the loss "
+        problems.append(f"architecture {name}: {steps} on one batch did not lower the loss "
                         f"({first.item():.4g} -> {after:.4g} nats)")
+    if still:
+        matrices = {id(p) for p in param_groups(model, config.vocab_size)["matrices"]}
+        held = recipe["optimizer"] == "muonh" and id(model.get_parameter(still[0])) in matrices
+        problems.append(f"architecture {name}: {steps} leave {still[0]!r} where it started" +
+                        (f" (and {len(still) - 1} more)" if len(still) > 1 else "") +
+                        (": a matrix MuonH holds at its initial norm (a zero one stays zero) belongs in "
+                         "loopscale_param_groups()'s lanes" if held else ""))
     return report, problems
 
 
@@ -77,11 +91,21 @@ def _loss_at_init(config, seed: int, idx: torch.Tensor, targets: torch.Tensor):
     return model, call_forward(model, config.architecture, idx, targets)
 
 
-def _trained_loss(model: torch.nn.Module, name: str, idx: torch.Tensor, targets: torch.Tensor) -> float:
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
+def _trained_loss(model: torch.nn.Module, config, spec: SweepSpec, recipe: dict, idx: torch.Tensor,
+                  targets: torch.Tensor) -> tuple[float, list[str]]:
+    """(loss after ``STEPS`` steps of the recipe on one batch, the trainable parameters they left unchanged)."""
+    batch = spec.grid.batch_tokens
+    tokens = max(batch, tokens_for_budget(config, min(spec.grid.budgets), batch))
+    lrs = group_lrs(recipe, spec.grid.model_template(), config, tokens, batch)
+    optimizers = build_optimizers(model, lrs, recipe, config.vocab_size)
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     for _ in range(STEPS):
-        optimizer.zero_grad(set_to_none=True)
-        call_forward(model, name, idx, targets).backward()
-        optimizer.step()
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        call_forward(model, config.architecture, idx, targets).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    still = [n for n, p in model.named_parameters()  # not those no gradient reaches: a problem of their own
+             if n in start and p.grad is not None and torch.equal(p.detach(), start[n])]
     with torch.no_grad():
-        return call_forward(model, name, idx, targets).item()
+        return call_forward(model, config.architecture, idx, targets).item(), still

@@ -82,8 +82,8 @@ def add_check_arch(subparsers: argparse._SubParsersAction) -> None:
                            "training steps (CPU, seconds)",
         description="Per r, the measured N_once, N_rec, N_embed and FLOPs per token at the narrowest and widest "
                     "width; then on CPU: the loss at init against log V, gradients reaching every parameter, the "
-                    "same loss twice for the same seed, and a few AdamW steps lowering the loss. Each problem is "
-                    "one line, exit 2.")
+                    "same loss twice for the same seed, and a few steps of the spec's recipe lowering the loss and "
+                    "moving every parameter. Each problem is one line, exit 2.")
     _spec_argument(p)
     _set_argument(p)
     p.set_defaults(func=_check_arch)

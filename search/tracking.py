@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import json
 import math
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -51,7 +52,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-from loopscale.analysis.store import KIND_TAG, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
+from loopscale.analysis.store import KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key
 
@@ -101,11 +102,15 @@ def _secret_values(tree: Any, secret: bool = False) -> list[Any]:
 
 
 def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """A nested trial config as MLflow params: dotted keys, string values, secrets redacted."""
+    """A nested trial config as MLflow params: dotted keys, string values, secrets redacted; a factory's options
+    one param, their JSON (``OPTIONS_PARAM``)."""
     flat: dict[str, str] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if name == OPTIONS_PARAM:  # typed, as JSON (analysis/store.py)
+            value = {k: "***" if is_secret_key(f"{name}.{k}") else v for k, v in value.items()}
+            flat[name] = redact(json.dumps(value, sort_keys=True, default=str))[:6000]
+        elif isinstance(value, dict):
             flat.update(flatten_params(value, f"{name}."))
         elif is_secret_key(name):
             flat[name] = "***"

@@ -12,6 +12,7 @@ from loopscale.analysis import RUN_COLUMNS, exclusions, load_runs, usable_runs
 from loopscale.analysis.flops import paper_grid_flops, paper_grid_reference
 from loopscale.analysis.runs import template_of
 from loopscale.analysis.sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
+from loopscale.search.tracking import flatten_params
 from test_analysis_sim import PAPER_GRID, TEMPLATE, log_sweep, paper_runs, trial_configs
 
 SMALL_GRID = {1e18: (6, 8, 10, 12, 14)}
@@ -77,6 +78,22 @@ def test_template_is_read_back_from_mlflow_style_columns():
     runs.loc[0, "template.depth"] = "12"
     with pytest.raises(ValueError, match="disagree on template.depth"):
         template_of(runs)
+
+
+def test_a_factory_s_options_come_back_from_the_params_with_their_types():
+    """Options logged as MLflow params (search/tracking.py) read back as the factory got them: 1.0 a float, "1"
+    a string, a list a list; a factory that checks its types builds again for predict, export and analyze."""
+    options = {"scale": 1.0, "n": 2, "name": "1", "sizes": [1, 2.5], "flag": True, "inner": {"k": 0.5}}
+    params = flatten_params({"template": {"depth": 20, "architecture": "my.py:build", "options": options}})
+    runs = paper_runs().assign(**params)
+    template, _, _ = template_of(runs)
+    assert template["options"] == options and type(template["options"]["scale"]) is float
+    assert template["depth"] == 20 and template["architecture"] == "my.py:build"
+
+
+def test_options_logged_flat_by_an_older_version_still_read_back():
+    runs = paper_runs().assign(**{"template.options.rank": "2", "template.options.kind": "lora"})
+    assert template_of(runs)[0]["options"] == {"rank": 2, "kind": "lora"}
 
 
 # ---- MLflow ------------------------------------------------------------------------------------------------

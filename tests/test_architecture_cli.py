@@ -6,10 +6,12 @@ parameter no forward reads) refused by ``plan`` and ``check-arch`` in one line n
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+from loopscale.model import measured
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from test_bad_input import refuses, spec_file, workdir  # noqa: F401 (a fixture)
@@ -54,7 +56,7 @@ def test_check_arch_reports_counts_per_r_and_passes_a_good_architecture(workdir,
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [(int(r[0]), int(r[1])) for r in rows] == [(1, 16), (1, 64), (2, 16), (2, 64)]
     looped = [r for r in rows if r[0] == "2"]
-    assert all(int(r[3].replace(",", "")) > 0 for r in looped) and "loss after 5 AdamW steps" in out
+    assert all(int(r[3].replace(",", "")) > 0 for r in looped) and "loss after 5 steps of the recipe (" in out
 
 
 def test_check_arch_names_each_problem_in_one_line(workdir, capsys):
@@ -106,3 +108,84 @@ def test_the_hash_follows_the_architecture_s_source_not_its_folder(tmp_path):
     edited = tmp_path / "one" / "tiny_loop.py"
     edited.write_text(edited.read_text() + "\n# an edit\n")
     assert SweepSpec.from_toml(tmp_path / "one" / "spec.toml").spec_hash != hashes[0]
+
+
+def test_a_helper_module_the_architecture_imports_is_part_of_its_source(tmp_path, monkeypatch):
+    """An edit to a helper that the architecture file imports from its folder (here inside the factory) is a new
+    architecture: new counts (not the cached old ones, which check-arch printed), a new sweep hash; a file in the
+    folder that it does not import is not part of it."""
+    (tmp_path / "widths.py").write_text("HIDDEN = 2\n")
+    (tmp_path / "unrelated.py").write_text("X = 1\n")
+    (tmp_path / "helped.py").write_text(FIXTURE.read_text() + '''
+
+class Helped(TinyLoop):
+    def __init__(self, config, hidden):
+        super().__init__(config)
+        self.extra, self.back = nn.Linear(config.width, hidden, bias=False), nn.Linear(hidden, config.width)
+
+    def forward(self, idx, targets=None):
+        x = self.prelude(self.embed(idx))
+        x = x + self.back(self.extra(x))
+        for _ in range(self.r):
+            x = self.core(x)
+        logits = self.head(self.norm(self.coda(x)))
+        return logits if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
+
+
+def helped(config):
+    from widths import HIDDEN
+    return Helped(config, HIDDEN)
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = spec_file(tmp_path, template={"architecture": "helped.py:helped", "vocab_size": 64}, budgets=[1e12],
+                     recurrences=[2], widths={"s_min": 1, "s_max": 1})
+    first = SweepSpec.from_toml(spec).spec_hash
+    config = SweepSpec.from_toml(spec).grid.model(1, 2)
+    measured.cache_in(tmp_path / "cache")  # as a sweep or check-arch keeps them
+    try:
+        counts = []
+        for hidden in (2, 3):
+            (tmp_path / "widths.py").write_text(f"HIDDEN = {hidden}\n")
+            monkeypatch.delitem(sys.modules, "widths", raising=False)  # a new process would import the edit
+            counts.append(measured.measure(config).N_once)
+    finally:
+        measured.cache_in(None)
+    assert counts[1] - counts[0] == 2 * config.width
+    assert SweepSpec.from_toml(spec).spec_hash != first
+    edited = SweepSpec.from_toml(spec).spec_hash
+    (tmp_path / "unrelated.py").write_text("X = 2\n")
+    assert SweepSpec.from_toml(spec).spec_hash == edited
+
+
+def test_check_arch_steps_the_spec_s_recipe_and_names_a_parameter_it_cannot_move(workdir, capsys):
+    """A zero-initialised gate matrix in the matrix group: MuonH holds every matrix at its initial norm, so the
+    gate stays zero for ever (the AdamW steps check-arch took before passed it). check-arch steps the spec's
+    optimizers and says so."""
+    (workdir / "gated.py").write_text(FIXTURE.read_text() + '''
+
+class Gated(TinyLoop):
+    def __init__(self, config):
+        super().__init__(config)
+        self.gate = nn.Parameter(torch.zeros(config.width, config.width))
+
+    def forward(self, idx, targets=None):
+        x = self.prelude(self.embed(idx))
+        for _ in range(self.r):
+            x = self.core(x) + x @ self.gate
+        logits = self.head(self.norm(self.coda(x)))
+        return logits if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1))
+
+
+def gated(config):
+    return Gated(config)
+''')
+    template = {"architecture": "gated.py:gated", "vocab_size": 64}
+    spec = spec_file(workdir, template=template, budgets=[1e12], recurrences=[2], widths={"s_min": 1, "s_max": 1},
+                     recipe={"optimizer": "muonh"})
+    assert main(["check-arch", str(spec)]) == 2
+    captured = capsys.readouterr()
+    assert "loss after 5 steps of the recipe (muonh) on one batch" in captured.out
+    assert captured.err.splitlines() == [f"loopscale: error: architecture {workdir / 'gated.py'}:gated: 5 steps of "
+                                         f"the recipe (muonh) leave 'gate' where it started: a matrix MuonH holds "
+                                         f"at its initial norm (a zero one stays zero) belongs in "
+                                         f"loopscale_param_groups()'s lanes"]

@@ -148,3 +148,46 @@ def test_measured_flops_follow_the_matmuls():
 
 def test_the_fixture_knows_only_the_interface():
     assert "import loopscale" not in TINY.read_text() and "from loopscale" not in TINY.read_text()
+
+
+RED_TEAM = Path(__file__).parent / "fixtures" / "red_team.py"
+
+
+def _red_team(design: str, r: int) -> LoopedConfig:
+    return LoopedConfig.iso_depth(4, r, architecture=f"{RED_TEAM}:build", options={"design": design}, **SHAPE)
+
+
+@pytest.mark.parametrize("design", ["chunked", "gru", "sandwich"])
+def test_a_weight_read_often_but_not_more_often_with_r_is_used_once(design):
+    """A prelude over token chunks, a GRU prelude (read once per time step) and a coda that is the prelude again
+    are read more than once per forward, but not more often at a larger r: N_once, and at r = 1 all of N."""
+    plain, roles = measure_module(_red_team(design, 1))
+    assert plain.N_rec == 0 and set(roles.values()) == {"once", "embed"}
+    looped, roles = measure_module(_red_team(design, 2))
+    assert looped.N_rec == _block(_red_team(design, 2).width) and roles["core.qkv.weight"] == "loop"
+    assert all(role == "once" for name, role in roles.items() if name.startswith("prelude."))
+
+
+def test_a_shared_weight_derived_once_before_the_loop_is_recurrent():
+    """w = W * gain computed once, then applied r times: W and gain are read r times through w."""
+    d = _red_team("scaled", 2).width
+    counts, roles = measure_module(_red_team("scaled", 2))
+    assert roles["shared"] == roles["gain"] == "loop" and counts.N_rec == d * d + 1
+
+
+def test_a_weight_read_in_the_loop_and_outside_it_has_no_role():
+    with pytest.raises(ValueError, match=r"'core\.norm\.weight' is read 3 times per forward at r=2 and 5 at r=4, "
+                                         r"neither .* declare its role in loopscale_roles\(\)$"):
+        measure_module(_red_team("leaky", 2))
+
+
+@pytest.mark.parametrize("design,message", [
+    ("mv", r"aten\.mv\.default applies 'shared' but FlopCounterMode counts it below 2 FLOPs per weight: an op the "
+           r"FLOP counter does not count"),
+    ("elementwise", "FlopCounterMode counts 0 FLOPs: its work is element-wise"),
+    ("bare", "the module has no parameters"),
+])
+def test_flops_the_counter_cannot_see_are_refused_in_one_line(design, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        measure_module(_red_team(design, 2))
+    assert "\n" not in str(caught.value)
