@@ -6,6 +6,7 @@ trial trained without interruption."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -101,6 +102,19 @@ def finished_sweep(spec: SweepSpec, driver: Driver) -> None:
     assert driver.process.wait(timeout=30) == 0, "".join(driver.output)
 
 
+_TRAINED: dict[str, tuple[dict, list[dict]]] = {}
+
+
+def trained_once(params: dict) -> tuple[dict, list[dict]]:
+    """The result and progress reports of the trial ``params`` trained without interruption in this process, once
+    per worker for every test resuming the same trial (where its data cache lives changes nothing it computes)."""
+    key = json.dumps({k: v for k, v in params.items() if k != "cache_dir"}, sort_keys=True, default=str)
+    if key not in _TRAINED:
+        reports: list[dict] = []
+        _TRAINED[key] = train(TrialConfig.from_params(params), report=reports.append), reports
+    return _TRAINED[key]
+
+
 def check_resumed_run(spec: SweepSpec, tolerance: dict | None = None) -> None:
     """One FINISHED run that resumed after step 0, every curve step once, and the uninterrupted val_loss (and
     curve) of the same trial trained in one process, to ``tolerance`` (pytest.approx's; 1e-6 by default)."""
@@ -112,8 +126,7 @@ def check_resumed_run(spec: SweepSpec, tolerance: dict | None = None) -> None:
     assert int(run.data.tags["loopscale.resumed_from_step"]) > 0 and run.data.metrics["resumes"] >= 1
     assert run.data.metrics["flops_lost"] >= 0
     trials = tune.ExperimentAnalysis(f"{spec.placement.storage}/{spec.name}/search").trials
-    reports = []
-    uninterrupted = train(TrialConfig.from_params(trials[0].config["trial"]), report=reports.append)
+    uninterrupted, reports = trained_once(trials[0].config["trial"])
     assert run.data.metrics["val_loss"] == pytest.approx(uninterrupted["val_loss"], **tolerance)
     assert run.data.metrics["tokens"] == uninterrupted["tokens"]
     assert run.data.metrics["flops_spent"] == uninterrupted["flops_spent"]
