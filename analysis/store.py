@@ -66,6 +66,23 @@ def redact(text: str) -> str:
     return _URI.sub(hide, text)
 
 
+def store_failure_types() -> tuple[type[Exception], ...]:
+    """What MLflow's clients raise when the store itself fails (a server answering HTTP 500 or gone, a
+    read-only or deleted sqlite file, a full disk). Imported when asked: MLflow's import takes seconds."""
+    import requests
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    return (MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, OSError)
+
+
+def failure_text(exc: BaseException) -> str:
+    """``exc`` as one line: its type and the first line of its message (MLflow's run to a whole traceback of
+    the server's), at most 300 characters. Not yet redacted: the command line redacts what it prints."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def without_credentials(uri: str) -> str:
     """The URI with its ``user:password@`` removed, cut the same way as ``redact`` cuts it."""
     match = _URI.match(uri)
