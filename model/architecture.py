@@ -20,7 +20,9 @@ loaded from its path; on a Ray worker that lacks the path (a cluster without a s
 through Ray's runtime environment (``py_modules``, search/tune/cluster.py) and is imported by its stem.
 
 Every failure is one ``ValueError`` line that names the factory: an unknown module or file, a missing attribute,
-a factory that raises or returns no ``torch.nn.Module``.
+a factory that raises or returns no ``torch.nn.Module``, and a file or factory that calls ``sys.exit``: its
+``SystemExit`` would end the command with the code it was given, 0 too, and no output, which a batch job takes
+for a finished sweep.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def _module_of(architecture: str):
             return importlib.import_module(target)
         except ImportError as exc:
             raise ValueError(f"architecture {architecture!r}: cannot import {target!r} ({exc})") from None
+        except SystemExit as exc:
+            raise ValueError(f"architecture {architecture!r}: {target} fails to import: {_failure(exc)}") from None
     path = Path(target)
     if not path.is_file():  # a Ray worker: the file came through runtime_env py_modules, on sys.path
         try:
@@ -86,10 +90,9 @@ def _module_of(architecture: str):
         writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             del sys.modules[name]
-            raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: "
-                             f"{type(exc).__name__}: {_first_line(exc)}") from None
+            raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: {_failure(exc)}") from None
         finally:
             sys.dont_write_bytecode = writes
     return sys.modules[name]
@@ -116,9 +119,8 @@ def build(config: LoopedConfig) -> nn.Module:
     make = factory(config.architecture)
     try:
         module = make(config, **dict(config.options))
-    except Exception as exc:
-        raise ValueError(f"architecture {config.architecture!r}: the factory raised {type(exc).__name__}: "
-                         f"{_first_line(exc)}") from None
+    except (Exception, SystemExit) as exc:
+        raise ValueError(f"architecture {config.architecture!r}: the factory failed: {_failure(exc)}") from None
     if not isinstance(module, nn.Module):
         raise ValueError(f"architecture {config.architecture!r}: the factory returned a {type(module).__name__}, "
                          f"not a torch.nn.Module")
@@ -229,6 +231,13 @@ def param_groups(module: nn.Module, vocab_size: int | None) -> dict[str, list[nn
         else:
             groups["matrices" if p.dim() == 2 else "norms" if p.dim() == 1 else "lanes"].append(p)
     return groups
+
+
+def _failure(exc: BaseException) -> str:
+    """What user code raised, in a few words: ``sys.exit(code) was called`` for a ``SystemExit``."""
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r}) was called"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:
