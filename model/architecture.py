@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -63,7 +64,32 @@ def resolve(architecture: str, folder: Path) -> str:
     path = (folder / target).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"architecture {architecture!r}: no file {path}")
+    taken = _module_named(path)
+    if taken:
+        raise ValueError(f"architecture {architecture!r}: {path.name} is named like {taken}, which a Ray worker "
+                         f"would import in its place or lose to it; rename the file")
     return f"{path}:{attribute}"
+
+
+def _module_named(path: Path) -> str:
+    """What else a file named ``path`` would stand for as a top-level module ("" when nothing): a module of the
+    standard library, loopscale's own package, or any module importable without the file's folder.
+
+    A Ray worker imports the file by its stem from ``py_modules``, which go first on its path: a ``json.py``
+    shadows the json every worker imports (they fail to start and the search hangs after its banner), and a
+    ``numpy.py`` loses to the installed numpy, or shadows it. Such a name is refused, before anything starts,
+    rather than the file shipped under a private package name: the user's file would then no longer be the
+    module its own tracebacks and pickled objects name, and renaming the file is one command."""
+    stem = path.stem
+    if stem in sys.stdlib_module_names:
+        return "a module of Python's standard library"
+    if stem == "loopscale":
+        return "loopscale's own package"
+    elsewhere = [entry for entry in sys.path if Path(entry or ".").resolve() != path.parent]
+    found = importlib.machinery.PathFinder.find_spec(stem, elsewhere)
+    if found is not None:
+        return f"a module already importable from {found.origin or found.submodule_search_locations[0]}"
+    return ""
 
 
 def _module_of(architecture: str):

@@ -59,6 +59,21 @@ def test_an_architecture_calling_sys_exit_is_one_line_not_a_quiet_success(workdi
     assert "quits.py" in err
 
 
+@pytest.mark.parametrize("command", ["plan", "check-arch"])
+@pytest.mark.parametrize("stem, why", [("json", "a module of Python's standard library"),
+                                       ("typing", "a module of Python's standard library"),
+                                       ("loopscale", "loopscale's own package"),
+                                       ("numpy", "a module already importable from ")])
+def test_an_architecture_file_named_like_a_module_is_refused(workdir, capsys, command, stem, why):
+    """A Ray worker imports the file by its name: ``json.py`` shadowed the standard library's json there (the
+    search hung with its banner printed), ``loopscale.py`` the package (a traceback, a sweep run left RUNNING)."""
+    shutil.copy(FIXTURE, workdir / f"{stem}.py")
+    spec = spec_file(workdir, template={"architecture": f"{stem}.py:tiny_loop"}, budgets=[1e12], recurrences=[1, 2],
+                     widths={"s_min": 1, "s_max": 4})
+    err = refuses([command, str(spec)], workdir, capsys, f"{stem}.py is named like {why}")
+    assert "rename the file" in err
+
+
 def test_check_arch_reports_counts_per_r_and_passes_a_good_architecture(workdir, capsys):
     spec = arch_spec(workdir, "tiny_loop.py:tiny_loop", adapters=2)
     assert main(["check-arch", str(spec)]) == 0
