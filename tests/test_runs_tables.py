@@ -88,6 +88,20 @@ def test_fix_phi_must_be_a_number(tables, capsys):
     assert exit_.value.code == 2 and "--fix-phi" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["analyze", "export", "predict"])
+@pytest.mark.parametrize("value", ["1e308", "10", "-3.5"])
+def test_fix_phi_outside_the_fits_bounds_is_refused_before_any_work(tables, tmp_path, capsys, command, value):
+    """1e308 overflowed the fit (warnings, then a traceback); 10 was fitted, outside the box phi is fitted in."""
+    out = tmp_path / "out"
+    argv = [command, "--experiment", str(tables["looped"]), "--fix-phi", value, *FAST]
+    argv += ["--budget", "1e20", "--r", "2"] if command == "predict" else ["--out", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert f"fix_phi {float(value)} is outside the fit's bounds on phi, -3 to 3" in captured.err
+    assert not out.exists()
+
+
 def test_compare_refuses_a_single_r_study_before_any_fit(tables, capsys):
     assert main(["compare", str(tables["single_r"]), str(tables["looped"])]) == 2
     err = capsys.readouterr().err
