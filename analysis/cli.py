@@ -255,8 +255,9 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
     batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
     else the sweep's (the paper's for --law paper). Each (budget, r) and ``args.width`` (predict's) are checked
-    before any fit (``predict.check_requests``). Fitting a sweep prints its fit on stderr; budgets outside those
-    fitted get a warning."""
+    before any fit (``predict.check_requests``), and a sweep of a single r answers for another r only under a
+    phi given by --fix-phi: its fit holds phi at 0, an assumption no output line would state. Fitting a sweep
+    prints its fit on stderr; budgets outside those fitted get a warning."""
     from loopscale.model import PAPER_LAW
 
     from .compare import excluded_text
@@ -287,6 +288,11 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     given = budgets
     budgets = budgets or sorted(used["budget_flops"].unique())
     recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
+    measured = sorted(int(r) for r in used["r"].unique())
+    others = [r for r in recurrences if r not in measured]
+    if len(measured) == 1 and others and options.fix_phi is None:  # the fit would hold phi at 0 (fit.py)
+        raise ValueError(f"{args.experiment} has runs of one r only (r={measured[0]}): at r={others[0]} phi is not "
+                         "measured; pass --fix-phi VALUE to say which phi (0: a recurrence adds no capacity)")
     check_requests(budgets, recurrences, width, template, batch_tokens)
     law = fit_joint_law(runs, options=options)
     if law.fixed_phi is None:

@@ -69,6 +69,20 @@ def test_a_single_r_study_exports(tables, capsys):
     assert {"loss lo", "loss hi"} <= set(pd.read_csv(io.StringIO(captured.out)).columns)
 
 
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_a_single_r_study_answers_another_r_only_under_a_phi_given(tables, capsys, command):
+    """At r=4 a single-r (r=1) study's law holds phi at 0, an assumption no line stated: its looped rows came
+    with intervals as if measured. Refused unless --fix-phi says which phi."""
+    where = ["--budgets", "1e20", "--r", "1,4"] if command == "export" else ["--budget", "1e20", "--r", "4"]
+    assert main([command, "--experiment", str(tables["single_r"]), *where, *FAST]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert ("has runs of one r only (r=1): at r=4 phi is not measured; pass --fix-phi VALUE to say which phi "
+            "(0: a recurrence adds no capacity)") in captured.err
+    assert main([command, "--experiment", str(tables["single_r"]), *where, "--fix-phi", "0", *FAST]) == 0
+    assert "phi 0 (fixed)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["analyze", "export"])
 def test_fix_phi_holds_phi(tables, tmp_path, capsys, command):
     out = tmp_path / ("analysis" if command == "analyze" else "alloc.csv")
