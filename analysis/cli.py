@@ -157,10 +157,10 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
     when the runs came from MLflow and ``log``."""
     from .report import analyze
-    from .runs import load_runs, usable_runs
+    from .runs import usable_runs
 
     _check_out(out, folder=True)
-    runs = load_runs(experiment, tracking_uri)
+    runs = _load(experiment, tracking_uri)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     out = out or DEFAULT_OUT / name
     _check_out(out, folder=True)
@@ -190,6 +190,18 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
         print(f"logged to MLflow run {run_id} of experiment {experiment!r}"
               + (f" (replaced {len(replaced)} earlier analysis run(s))" if replaced else ""))
     return out
+
+
+def _load(experiment: str, tracking_uri: str | None):
+    """``load_runs``, and a warning line on stderr for runs whose tokens disagree with their budgets (refused when
+    all do: ``runs.budget_disagreement``)."""
+    from .runs import budget_disagreement, load_runs
+
+    runs = load_runs(experiment, tracking_uri)
+    disagreement = budget_disagreement(runs, experiment)
+    if disagreement:
+        say(f"loopscale: warning: {disagreement}", file=sys.stderr)
+    return runs
 
 
 class Progress:
@@ -267,7 +279,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .isoflop import cell_optima
     from .report import template_mismatch
     from .predict import check_requests
-    from .runs import load_runs, template_of, usable_runs
+    from .runs import template_of, usable_runs
     from .sizes import PAPER_BATCH_TOKENS
 
     width = getattr(args, "width", None)
@@ -279,7 +291,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
-    runs = load_runs(args.experiment, args.tracking_uri)
+    runs = _load(args.experiment, args.tracking_uri)
     used = usable_runs(runs, stage=options.stage)
     template, batch_tokens, _ = template_of(runs)
     mismatch = template_mismatch(used, template)
@@ -339,11 +351,10 @@ def warn_extrapolation(budgets, fitted_budgets) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs
-    from .runs import load_runs
 
     options = _options(args)
-    runs_a = load_runs(args.experiment_a, args.tracking_uri)
-    runs_b = load_runs(args.experiment_b, args.tracking_uri)
+    runs_a = _load(args.experiment_a, args.tracking_uri)
+    runs_b = _load(args.experiment_b, args.tracking_uri)
     result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
                           all_budgets=args.all_budgets)
     result = dataclasses.replace(result, spec_notes=tuple(spec_notes(args.experiment_a, runs_a, args.experiment_b,

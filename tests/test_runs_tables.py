@@ -116,6 +116,25 @@ def test_fix_phi_outside_the_fits_bounds_is_refused_before_any_work(tables, tmp_
     assert not out.exists()
 
 
+def test_tokens_that_disagree_with_the_budgets_are_said_and_refused_when_all_do(tables, tmp_path, capsys):
+    """tokens x flops_per_token = 100 x budget_flops in every run was fitted without a remark, and the recommended
+    model fell from 753M to 62M parameters. A sweep's run spends between half its budget and all of it."""
+    table = pd.read_csv(tables["looped"])
+    every, some = tmp_path / "every.csv", tmp_path / "some.csv"
+    table.assign(tokens=table["tokens"] * 100).to_csv(every, index=False)
+    table.assign(tokens=table["tokens"] * [100 if i < 3 else 1 for i in range(len(table))]).to_csv(some, index=False)
+    for command in (["export", "--budgets", "1e19"], ["predict", "--budget", "1e19", "--r", "2"]):
+        assert main([*command, "--experiment", str(every), *FAST]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+        assert (f"every run of {every} ({len(table)}) has tokens x flops_per_token 100x its budget_flops"
+                in captured.err)
+    assert main(["export", "--experiment", str(some), "--budgets", "1e19", *FAST]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # wrapped within the columns
+    assert (f"loopscale: warning: 3 of {len(table)} runs of {some} have tokens x flops_per_token 100x their "
+            "budget_flops") in err
+
+
 def test_compare_refuses_a_single_r_study_before_any_fit(tables, capsys):
     assert main(["compare", str(tables["single_r"]), str(tables["looped"])]) == 2
     err = capsys.readouterr().err
