@@ -20,7 +20,7 @@ from pathlib import Path
 from . import numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
-from .store import DEFAULT_RUN_DIR
+from .store import DEFAULT_RUN_DIR, print_error
 from .tables import FORMATS
 
 DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
@@ -422,8 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"loopscale: error: {err}", file=sys.stderr)
-        return 2
+        return print_error(str(err), 2)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import sqlite3
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -64,6 +65,14 @@ def redact(text: str) -> str:
         return f"{match['scheme']}{user}:***@{host}"
 
     return _URI.sub(hide, text)
+
+
+def print_error(message: str, code: int) -> int:
+    """A command's one ``loopscale: error:`` line on stderr, and ``code``. Every command's error leaves through
+    here (search/cli.py and analysis/cli.py), so here is where a URI's password is hidden, whoever wrote the
+    message: MLflow's and requests' exception texts quote the URL they asked, credentials included."""
+    print(f"loopscale: error: {redact(message)}", file=sys.stderr)
+    return code
 
 
 def store_failure_types() -> tuple[type[Exception], ...]:

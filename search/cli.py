@@ -4,8 +4,8 @@ Every subcommand is one ``add_<name>(subparsers)`` function that registers its p
 ``main`` dispatches. Bad input (a ValueError from spec parsing or validation) is one line on stderr,
 ``loopscale: error: ...``, and exit code 2, raised before Ray starts or anything is written. A failing
 store or disk, or a sweep left incomplete, is one line and exit code 1; a sweep stopped by SIGINT or SIGTERM
-one line saying how to resume, and exit code 130 or 143. Every error line leaves through ``_error``, which
-hides the password of any URI in it, whoever wrote the message.
+one line saying how to resume, and exit code 130 or 143. Every error line leaves through
+``analysis.store.print_error``, which hides the password of any URI in it, whoever wrote the message.
 
 A signal at any moment of a command is that one line and exit code, not a traceback: this module imports
 nothing slow at its top, so ``main`` holds SIGTERM (SIGINT is Python's KeyboardInterrupt) before torch, MLflow
@@ -271,13 +271,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _error(message: str, code: int) -> int:
-    """The command's one ``loopscale: error:`` line, and ``code``. Every error leaves through here, so here is
-    where a URI's password is hidden, whoever wrote the message: MLflow's and requests' exception texts quote
-    the URL they asked, credentials included."""
-    from loopscale.analysis.store import redact
+    """``print_error``, imported when an error comes (its module's imports are not free, see the top)."""
+    from loopscale.analysis.store import print_error
 
-    print(f"loopscale: error: {redact(message)}", file=sys.stderr)
-    return code
+    return print_error(message, code)
 
 
 def _interrupt_behind(exc: BaseException) -> BaseException | None:
