@@ -20,7 +20,7 @@ from pathlib import Path
 from . import numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
-from .store import DEFAULT_RUN_DIR
+from .store import DEFAULT_RUN_DIR, print_error
 from .tables import FORMATS
 
 DEFAULT_OUT = Path(DEFAULT_RUN_DIR) / "analysis"
@@ -157,10 +157,10 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
     when the runs came from MLflow and ``log``."""
     from .report import analyze
-    from .runs import load_runs, usable_runs
+    from .runs import usable_runs
 
     _check_out(out, folder=True)
-    runs = load_runs(experiment, tracking_uri)
+    runs = _load(experiment, tracking_uri)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     out = out or DEFAULT_OUT / name
     _check_out(out, folder=True)
@@ -190,6 +190,18 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
         print(f"logged to MLflow run {run_id} of experiment {experiment!r}"
               + (f" (replaced {len(replaced)} earlier analysis run(s))" if replaced else ""))
     return out
+
+
+def _load(experiment: str, tracking_uri: str | None):
+    """``load_runs``, and a warning line on stderr for runs whose tokens disagree with their budgets (refused when
+    all do: ``runs.budget_disagreement``)."""
+    from .runs import budget_disagreement, load_runs
+
+    runs = load_runs(experiment, tracking_uri)
+    disagreement = budget_disagreement(runs, experiment)
+    if disagreement:
+        say(f"loopscale: warning: {disagreement}", file=sys.stderr)
+    return runs
 
 
 class Progress:
@@ -255,8 +267,9 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
     batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
     else the sweep's (the paper's for --law paper). Each (budget, r) and ``args.width`` (predict's) are checked
-    before any fit (``predict.check_requests``). Fitting a sweep prints its fit on stderr; budgets outside those
-    fitted get a warning."""
+    before any fit (``predict.check_requests``), and a sweep of a single r answers for another r only under a
+    phi given by --fix-phi: its fit holds phi at 0, an assumption no output line would state. Fitting a sweep
+    prints its fit on stderr; budgets outside those fitted get a warning."""
     from loopscale.model import PAPER_LAW
 
     from .compare import excluded_text
@@ -266,7 +279,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .isoflop import cell_optima
     from .report import template_mismatch
     from .predict import check_requests
-    from .runs import load_runs, template_of, usable_runs
+    from .runs import template_of, usable_runs
     from .sizes import PAPER_BATCH_TOKENS
 
     width = getattr(args, "width", None)
@@ -278,7 +291,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
-    runs = load_runs(args.experiment, args.tracking_uri)
+    runs = _load(args.experiment, args.tracking_uri)
     used = usable_runs(runs, stage=options.stage)
     template, batch_tokens, _ = template_of(runs)
     mismatch = template_mismatch(used, template)
@@ -287,6 +300,11 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     given = budgets
     budgets = budgets or sorted(used["budget_flops"].unique())
     recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
+    measured = sorted(int(r) for r in used["r"].unique())
+    others = [r for r in recurrences if r not in measured]
+    if len(measured) == 1 and others and options.fix_phi is None:  # the fit would hold phi at 0 (fit.py)
+        raise ValueError(f"{args.experiment} has runs of one r only (r={measured[0]}): at r={others[0]} phi is not "
+                         "measured; pass --fix-phi VALUE to say which phi (0: a recurrence adds no capacity)")
     check_requests(budgets, recurrences, width, template, batch_tokens)
     law = fit_joint_law(runs, options=options)
     if law.fixed_phi is None:
@@ -333,11 +351,10 @@ def warn_extrapolation(budgets, fitted_budgets) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs
-    from .runs import load_runs
 
     options = _options(args)
-    runs_a = load_runs(args.experiment_a, args.tracking_uri)
-    runs_b = load_runs(args.experiment_b, args.tracking_uri)
+    runs_a = _load(args.experiment_a, args.tracking_uri)
+    runs_b = _load(args.experiment_b, args.tracking_uri)
     result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
                           all_budgets=args.all_budgets)
     result = dataclasses.replace(result, spec_notes=tuple(spec_notes(args.experiment_a, runs_a, args.experiment_b,
@@ -405,8 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"loopscale: error: {err}", file=sys.stderr)
-        return 2
+        return print_error(str(err), 2)
 
 
 if __name__ == "__main__":

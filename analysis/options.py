@@ -57,7 +57,8 @@ class FitOptions:
     data: "all" runs, only the per-r Pareto "frontier", or the per-cell IsoFLOP "optima" (analysis.isoflop).
     stage: only runs of this stage are fitted (None: every stage).
     fix_phi: hold phi at this value (0 and 1 are the paper's restricted fits; a per-r fit with phi = 0 is a
-        plain Chinchilla fit on N = N_once + N_rec).
+        plain Chinchilla fit on N = N_once + N_rec), within ``bounds.phi``: the box a fitted phi is held to,
+        and beyond it r^phi overflows (1e308) long before the fit could say so.
     bootstrap_starts: starts per bootstrap resample: the full-data optimum plus the next-best distinct local
         minima found by the main fit.
     interval: "block" or "residual" bootstrap, or "auto" to choose by the cells (``interval_method``).
@@ -77,6 +78,7 @@ class FitOptions:
     interval: str = "auto"
 
     def __post_init__(self) -> None:
+        lo, hi = self.bounds.phi
         checks = [
             (self.delta > 0, f"delta must be positive, got {self.delta}"),
             (1 <= self.n_starts <= MAX_STARTS, f"n_starts must be between 1 and {MAX_STARTS:,} (each start is "
@@ -90,6 +92,8 @@ class FitOptions:
             (self.data in DATA_MODES, f"data must be one of {DATA_MODES}, got {self.data!r}"),
             (self.interval in INTERVAL_METHODS, f"interval must be one of {INTERVAL_METHODS}, got {self.interval!r}"),
             (self.fix_phi is None or np.isfinite(self.fix_phi), f"fix_phi must be finite, got {self.fix_phi}"),
+            (self.fix_phi is None or not np.isfinite(self.fix_phi) or lo <= self.fix_phi <= hi,
+             f"fix_phi {self.fix_phi} is outside the fit's bounds on phi, {lo:g} to {hi:g}"),
         ]
         for ok, message in checks:
             if not ok:

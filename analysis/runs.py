@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import numbers
 from .options import MAX_RUNS
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 from .store import BRANCH_COLUMN, OPTIONS_PARAM
@@ -204,6 +205,32 @@ def _row_problems(runs: pd.DataFrame) -> pd.Series:
         # products of such numbers overflow float64 inside the fit and the tables
         problems[finite & (values.abs() > MAX_MAGNITUDE).to_numpy(bool)] = f"{column} is above {MAX_MAGNITUDE:.0e}"
     return problems
+
+
+def budget_disagreement(runs: pd.DataFrame, name: str) -> str:
+    """A warning line ("" when none) for the ok runs whose tokens x flops_per_token is off their budget_flops by
+    more than a factor of 2, either way; a ValueError line when every run that has both is.
+
+    A sweep's run trains the whole optimizer steps its budget buys (model/accounting.py, ``tokens_for_budget``):
+    at least one step, so it spends between half its budget and all of it. Beyond 2x, budgets and tokens are in
+    different units or from different runs, and since the IsoFLOP cells stand on budget_flops, the fit's
+    compute-optimal models are off by that factor. When every run is, no allocation from the table means
+    anything: refused. When some are (a researcher's runs trained past their cell's budget on purpose), the
+    fit goes on, and the line says how many and by what factor."""
+    ok = runs[(runs["status"] == "ok") & runs["flops_per_token"].notna()]
+    if ok.empty:
+        return ""
+    factor = ok["tokens"].astype(float) * ok["flops_per_token"] / ok["budget_flops"]  # int64 would overflow
+    off = factor[(factor > 2) | (factor < 0.5)]
+    if off.empty:
+        return ""
+    typical = f"{numbers.sig(off.median())}x"
+    if len(off) == len(ok):
+        raise ValueError(f"every run of {name} ({len(ok)}) has tokens x flops_per_token {typical} its budget_flops "
+                         "(the median), where a run spends half its budget to all of it: budgets and tokens in "
+                         "different units? The IsoFLOP cells stand on budget_flops")
+    return (f"{len(off)} of {len(ok)} runs of {name} have tokens x flops_per_token {typical} their budget_flops "
+            "(the median of those), where a run spends half its budget to all of it; they are fitted as they are")
 
 
 def usable_runs(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:

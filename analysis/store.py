@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import sqlite3
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -68,6 +69,31 @@ def redact(text: str) -> str:
         return f"{match['scheme']}{user}:***@{host}"
 
     return _URI.sub(hide, text)
+
+
+def print_error(message: str, code: int) -> int:
+    """A command's one ``loopscale: error:`` line on stderr, and ``code``. Every command's error leaves through
+    here (search/cli.py and analysis/cli.py), so here is where a URI's password is hidden, whoever wrote the
+    message: MLflow's and requests' exception texts quote the URL they asked, credentials included."""
+    print(f"loopscale: error: {redact(message)}", file=sys.stderr)
+    return code
+
+
+def store_failure_types() -> tuple[type[Exception], ...]:
+    """What MLflow's clients raise when the store itself fails (a server answering HTTP 500 or gone, a
+    read-only or deleted sqlite file, a full disk). Imported when asked: MLflow's import takes seconds."""
+    import requests
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    return (MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, OSError)
+
+
+def failure_text(exc: BaseException) -> str:
+    """``exc`` as one line: its type and the first line of its message (MLflow's run to a whole traceback of
+    the server's), at most 300 characters. Not yet redacted: the command line redacts what it prints."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def without_credentials(uri: str) -> str:

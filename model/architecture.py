@@ -20,7 +20,9 @@ loaded from its path; on a Ray worker that lacks the path (a cluster without a s
 through Ray's runtime environment (``py_modules``, search/tune/cluster.py) and is imported by its stem.
 
 Every failure is one ``ValueError`` line that names the factory: an unknown module or file, a missing attribute,
-a factory that raises or returns no ``torch.nn.Module``.
+a factory that raises or returns no ``torch.nn.Module``, and a file or factory that calls ``sys.exit``: its
+``SystemExit`` would end the command with the code it was given, 0 too, and no output, which a batch job takes
+for a finished sweep.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -64,7 +67,32 @@ def resolve(architecture: str, folder: Path) -> str:
     path = (folder / target).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"architecture {architecture!r}: no file {path}")
+    taken = _module_named(path)
+    if taken:
+        raise ValueError(f"architecture {architecture!r}: {path.name} is named like {taken}, which a Ray worker "
+                         f"would import in its place or lose to it; rename the file")
     return f"{path}:{attribute}"
+
+
+def _module_named(path: Path) -> str:
+    """What else a file named ``path`` would stand for as a top-level module ("" when nothing): a module of the
+    standard library, loopscale's own package, or any module importable without the file's folder.
+
+    A Ray worker imports the file by its stem from ``py_modules``, which go first on its path: a ``json.py``
+    shadows the json every worker imports (they fail to start and the search hangs after its banner), and a
+    ``numpy.py`` loses to the installed numpy, or shadows it. Such a name is refused, before anything starts,
+    rather than the file shipped under a private package name: the user's file would then no longer be the
+    module its own tracebacks and pickled objects name, and renaming the file is one command."""
+    stem = path.stem
+    if stem in sys.stdlib_module_names:
+        return "a module of Python's standard library"
+    if stem == "loopscale":
+        return "loopscale's own package"
+    elsewhere = [entry for entry in sys.path if Path(entry or ".").resolve() != path.parent]
+    found = importlib.machinery.PathFinder.find_spec(stem, elsewhere)
+    if found is not None:
+        return f"a module already importable from {found.origin or found.submodule_search_locations[0]}"
+    return ""
 
 
 def _module_of(architecture: str):
@@ -74,6 +102,8 @@ def _module_of(architecture: str):
             return importlib.import_module(target)
         except ImportError as exc:
             raise ValueError(f"architecture {architecture!r}: cannot import {target!r} ({exc})") from None
+        except SystemExit as exc:
+            raise ValueError(f"architecture {architecture!r}: {target} fails to import: {_failure(exc)}") from None
     path = Path(target)
     if not path.is_file():  # a Ray worker: the file came through runtime_env py_modules, on sys.path
         try:
@@ -89,10 +119,9 @@ def _module_of(architecture: str):
         writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             del sys.modules[name]
-            raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: "
-                             f"{type(exc).__name__}: {_first_line(exc)}") from None
+            raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: {_failure(exc)}") from None
         finally:
             sys.dont_write_bytecode = writes
     return sys.modules[name]
@@ -119,9 +148,8 @@ def build(config: LoopedConfig) -> nn.Module:
     make = factory(config.architecture)
     try:
         module = make(config, **dict(config.options))
-    except Exception as exc:
-        raise ValueError(f"architecture {config.architecture!r}: the factory raised {type(exc).__name__}: "
-                         f"{_first_line(exc)}") from None
+    except (Exception, SystemExit) as exc:
+        raise ValueError(f"architecture {config.architecture!r}: the factory failed: {_failure(exc)}") from None
     if not isinstance(module, nn.Module):
         raise ValueError(f"architecture {config.architecture!r}: the factory returned a {type(module).__name__}, "
                          f"not a torch.nn.Module")
@@ -299,6 +327,13 @@ def param_groups(module: nn.Module, vocab_size: int | None) -> dict[str, list[nn
         else:
             groups["matrices" if p.dim() == 2 else "norms" if p.dim() == 1 else "lanes"].append(p)
     return groups
+
+
+def _failure(exc: BaseException) -> str:
+    """What user code raised, in a few words: ``sys.exit(code) was called`` for a ``SystemExit``."""
+    if isinstance(exc, SystemExit):
+        return f"sys.exit({exc.code!r}) was called"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

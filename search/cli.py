@@ -4,7 +4,8 @@ Every subcommand is one ``add_<name>(subparsers)`` function that registers its p
 ``main`` dispatches. Bad input (a ValueError from spec parsing or validation) is one line on stderr,
 ``loopscale: error: ...``, and exit code 2, raised before Ray starts or anything is written. A failing
 store or disk, or a sweep left incomplete, is one line and exit code 1; a sweep stopped by SIGINT or SIGTERM
-one line saying how to resume, and exit code 130 or 143.
+one line saying how to resume, and exit code 130 or 143. Every error line leaves through
+``analysis.store.print_error``, which hides the password of any URI in it, whoever wrote the message.
 
 A signal at any moment of a command is that one line and exit code, not a traceback: this module imports
 nothing slow at its top, so ``main`` holds SIGTERM (SIGINT is Python's KeyboardInterrupt) before torch, MLflow
@@ -251,18 +252,29 @@ def main(argv: list[str] | None = None) -> int:
         raise_if_interrupted()  # one that an import's compile swallowed
         return args.func(args)
     except ValueError as exc:
-        print(f"loopscale: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc), 2)
     except (RuntimeError, OSError, ImportError) as exc:  # a store or disk that failed, a sweep left incomplete
         interrupt = _interrupt_behind(exc)
         if interrupt is not None:  # a signal inside an import, which Python wrapped (class creation: RuntimeError)
             return _interrupted(interrupt)
-        print(f"loopscale: error: {exc}", file=sys.stderr)
-        return 1
+        return _error(str(exc), 1)
     except (SweepInterrupted, KeyboardInterrupt) as exc:
         return _interrupted(exc)
+    except Exception as exc:  # MLflow's client failing outside a sweep (status, ui): its exception, unwrapped
+        from loopscale.analysis.store import failure_text, store_failure_types
+
+        if not isinstance(exc, store_failure_types()):
+            raise
+        return _error(f"the MLflow store failed: {failure_text(exc)}", 1)
     finally:
         restore_signals(previous)
+
+
+def _error(message: str, code: int) -> int:
+    """``print_error``, imported when an error comes (its module's imports are not free, see the top)."""
+    from loopscale.analysis.store import print_error
+
+    return print_error(message, code)
 
 
 def _interrupt_behind(exc: BaseException) -> BaseException | None:

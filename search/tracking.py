@@ -45,14 +45,12 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-import requests
-import sqlalchemy.exc
 from mlflow.entities import Metric, Param, RunStatus, RunTag
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-from loopscale.analysis.store import KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, iter_runs, redact, runs_query, sqlite_path
+from loopscale.analysis.store import (KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs, redact,
+                                      runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key
 
@@ -120,19 +118,17 @@ def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 # ---- store failures ----------------------------------------------------------------------------------------
-STORE_ERRORS = (MlflowException, sqlalchemy.exc.SQLAlchemyError, requests.RequestException, OSError)
-
-
 @contextmanager
 def store_errors(uri: str | None = None) -> Iterator[None]:
     """Any failure of the MLflow store inside the block (a read-only or deleted sqlite file, a full disk, a
-    server that stopped answering) becomes one ``StoreFailure`` line naming the store, password redacted."""
+    server that stopped answering) becomes one ``StoreFailure`` line naming the store. Redacted as a whole, not
+    only the store's URI: MLflow's exception text quotes the URL it asked, password included, and the line is
+    kept (the sweep's stop reason) and raised to callers of ``run_search`` as well as printed."""
     try:
         yield
-    except STORE_ERRORS as exc:
-        where = redact(uri or mlflow.get_tracking_uri())
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise StoreFailure(f"MLflow store {where} failed: {type(exc).__name__}: {first}") from None
+    except store_failure_types() as exc:
+        raise StoreFailure(redact(f"MLflow store {uri or mlflow.get_tracking_uri()} failed: {failure_text(exc)}")) \
+            from None
 
 
 # ---- the sweep -------------------------------------------------------------------------------------------

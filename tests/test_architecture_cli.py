@@ -30,7 +30,7 @@ BAD = [
     ("no_such_package_xyz:build", {}, "cannot import 'no_such_package_xyz'"),
     ("missing.py:tiny_loop", {}, "missing.py:tiny_loop': no file"),
     ("tiny_loop.py:nope", {}, "has no callable 'nope'"),
-    ("tiny_loop.py:raises", {}, "the factory raised RuntimeError: width too small for this design"),
+    ("tiny_loop.py:raises", {}, "the factory failed: RuntimeError: width too small for this design"),
     ("tiny_loop.py:not_a_module", {}, "the factory returned a dict, not a torch.nn.Module"),
     ("tiny_loop.py:wrong_shape", {}, "forward(idx) returned (1, 64), expected logits of shape (1, 64, "),
     ("tiny_loop.py:tiny_loop", {"unused": True}, "parameter 'spare.weight' is read by no forward"),
@@ -45,6 +45,35 @@ def test_a_bad_factory_is_one_line_naming_it(workdir, capsys, command, architect
     spec = arch_spec(workdir, architecture, **options)
     err = refuses([command, str(spec)], workdir, capsys, message)
     assert architecture.partition(":")[0].removesuffix(".py") in err
+
+
+@pytest.mark.parametrize("command", ["plan", "check-arch"])
+@pytest.mark.parametrize("where", ["factory", "import"])
+def test_an_architecture_calling_sys_exit_is_one_line_not_a_quiet_success(workdir, capsys, command, where):
+    """sys.exit(0) in the user's file or factory ended the command with exit 0, no output and nothing done: a
+    batch job would take the sweep as done."""
+    source = FIXTURE.read_text() + ("\nimport sys\nsys.exit(0)\n" if where == "import" else
+                                    "\n\ndef exits(config, **options):\n    import sys\n    sys.exit(0)\n")
+    (workdir / "quits.py").write_text(source)
+    spec = spec_file(workdir, template={"architecture": f"quits.py:{'exits' if where == 'factory' else 'tiny_loop'}"},
+                     budgets=[1e12], recurrences=[1, 2], widths={"s_min": 1, "s_max": 4})
+    err = refuses([command, str(spec)], workdir, capsys, "sys.exit(0) was called")
+    assert "quits.py" in err
+
+
+@pytest.mark.parametrize("command", ["plan", "check-arch"])
+@pytest.mark.parametrize("stem, why", [("json", "a module of Python's standard library"),
+                                       ("typing", "a module of Python's standard library"),
+                                       ("loopscale", "loopscale's own package"),
+                                       ("numpy", "a module already importable from ")])
+def test_an_architecture_file_named_like_a_module_is_refused(workdir, capsys, command, stem, why):
+    """A Ray worker imports the file by its name: ``json.py`` shadowed the standard library's json there (the
+    search hung with its banner printed), ``loopscale.py`` the package (a traceback, a sweep run left RUNNING)."""
+    shutil.copy(FIXTURE, workdir / f"{stem}.py")
+    spec = spec_file(workdir, template={"architecture": f"{stem}.py:tiny_loop"}, budgets=[1e12], recurrences=[1, 2],
+                     widths={"s_min": 1, "s_max": 4})
+    err = refuses([command, str(spec)], workdir, capsys, f"{stem}.py is named like {why}")
+    assert "rename the file" in err
 
 
 def test_check_arch_reports_counts_per_r_and_passes_a_good_architecture(workdir, capsys):

@@ -69,6 +69,20 @@ def test_a_single_r_study_exports(tables, capsys):
     assert {"loss lo", "loss hi"} <= set(pd.read_csv(io.StringIO(captured.out)).columns)
 
 
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_a_single_r_study_answers_another_r_only_under_a_phi_given(tables, capsys, command):
+    """At r=4 a single-r (r=1) study's law holds phi at 0, an assumption no line stated: its looped rows came
+    with intervals as if measured. Refused unless --fix-phi says which phi."""
+    where = ["--budgets", "1e20", "--r", "1,4"] if command == "export" else ["--budget", "1e20", "--r", "4"]
+    assert main([command, "--experiment", str(tables["single_r"]), *where, *FAST]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert ("has runs of one r only (r=1): at r=4 phi is not measured; pass --fix-phi VALUE to say which phi "
+            "(0: a recurrence adds no capacity)") in captured.err
+    assert main([command, "--experiment", str(tables["single_r"]), *where, "--fix-phi", "0", *FAST]) == 0
+    assert "phi 0 (fixed)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["analyze", "export"])
 def test_fix_phi_holds_phi(tables, tmp_path, capsys, command):
     out = tmp_path / ("analysis" if command == "analyze" else "alloc.csv")
@@ -86,6 +100,39 @@ def test_fix_phi_must_be_a_number(tables, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["analyze", "--experiment", str(tables["looped"]), "--fix-phi", "half"])
     assert exit_.value.code == 2 and "--fix-phi" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["analyze", "export", "predict"])
+@pytest.mark.parametrize("value", ["1e308", "10", "-3.5"])
+def test_fix_phi_outside_the_fits_bounds_is_refused_before_any_work(tables, tmp_path, capsys, command, value):
+    """1e308 overflowed the fit (warnings, then a traceback); 10 was fitted, outside the box phi is fitted in."""
+    out = tmp_path / "out"
+    argv = [command, "--experiment", str(tables["looped"]), "--fix-phi", value, *FAST]
+    argv += ["--budget", "1e20", "--r", "2"] if command == "predict" else ["--out", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert f"fix_phi {float(value)} is outside the fit's bounds on phi, -3 to 3" in captured.err
+    assert not out.exists()
+
+
+def test_tokens_that_disagree_with_the_budgets_are_said_and_refused_when_all_do(tables, tmp_path, capsys):
+    """tokens x flops_per_token = 100 x budget_flops in every run was fitted without a remark, and the recommended
+    model fell from 753M to 62M parameters. A sweep's run spends between half its budget and all of it."""
+    table = pd.read_csv(tables["looped"])
+    every, some = tmp_path / "every.csv", tmp_path / "some.csv"
+    table.assign(tokens=table["tokens"] * 100).to_csv(every, index=False)
+    table.assign(tokens=table["tokens"] * [100 if i < 3 else 1 for i in range(len(table))]).to_csv(some, index=False)
+    for command in (["export", "--budgets", "1e19"], ["predict", "--budget", "1e19", "--r", "2"]):
+        assert main([*command, "--experiment", str(every), *FAST]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+        assert (f"every run of {every} ({len(table)}) has tokens x flops_per_token 100x its budget_flops"
+                in captured.err)
+    assert main(["export", "--experiment", str(some), "--budgets", "1e19", *FAST]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # wrapped within the columns
+    assert (f"loopscale: warning: 3 of {len(table)} runs of {some} have tokens x flops_per_token 100x their "
+            "budget_flops") in err
 
 
 def test_compare_refuses_a_single_r_study_before_any_fit(tables, capsys):

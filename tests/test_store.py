@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -112,6 +113,81 @@ def test_health_check_wants_http_200(status):
         server.server_close()
     with pytest.raises(ValueError, match=f"http://127.0.0.1:{(port := free_port())} is unreachable"):
         store.check_store(f"http://127.0.0.1:{port}")
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """An MLflow server that answers /health but fails every API call with HTTP 500 (its database gone)."""
+
+    def answer(self):
+        self.send_response(200 if self.path == "/health" else 500)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    do_GET = do_POST = do_PATCH = answer  # noqa: N815 (http.server's names)
+
+    def log_message(self, *args):
+        pass
+
+
+FAILING_PASSWORD = "pw-of-the-red-team"
+
+
+@pytest.fixture
+def failing_server(monkeypatch) -> Iterator[str]:
+    """The tracking URI, password included, of a ``_Failing`` server; MLflow's client retries a 500 for minutes
+    by default, so here not at all (its exception still names the URL it asked)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://rt:{FAILING_PASSWORD}@127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+READ_COMMANDS = {
+    "status": lambda uri: ["status", "sweep", "--tracking-uri", uri],
+    "analyze": lambda uri: ["analyze", "--experiment", "sweep", "--tracking-uri", uri, "--no-log"],
+    "export": lambda uri: ["export", "--experiment", "sweep", "--tracking-uri", uri],
+    "predict": lambda uri: ["predict", "--experiment", "sweep", "--tracking-uri", uri, "--budget", "1e19", "--r", "1"],
+    "ui": lambda uri: ["ui", "--experiment", "sweep", "--tracking-uri", uri, "--port", str(free_port())],
+}
+
+
+@pytest.mark.parametrize("command", sorted(READ_COMMANDS))
+def test_a_failing_server_is_one_line_without_its_password(command, failing_server, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(READ_COMMANDS[command](failing_server)) in (1, 2)
+    out, err = capsys.readouterr()
+    assert err.startswith("loopscale: error: ") and err.count("\n") == 1, err
+    assert FAILING_PASSWORD not in out + err and "rt:***@127.0.0.1" in err, err
+
+
+def test_a_sweeps_store_failure_is_one_line_without_the_password(failing_server, tmp_path, monkeypatch, capsys):
+    """The red team's case: the server failed mid-sweep, and the driver's line quoted MLflow's exception, whose
+    text holds the URL it asked, password and all. The sweep's failure path is fed the exception MLflow's REST
+    client really raises (a real sweep against a server killed mid-way takes minutes)."""
+    from mlflow.tracking import MlflowClient
+
+    from loopscale.search.stopping import StoreFailure
+    from loopscale.search.tracking import store_errors
+
+    def search_whose_store_fails(spec, **options):
+        with store_errors(spec.placement.tracking_uri):
+            MlflowClient(spec.placement.tracking_uri).set_terminated("0" * 32)  # where the red team's sweep died
+
+    with pytest.raises(StoreFailure) as failure, store_errors(failing_server):
+        MlflowClient(failing_server).set_terminated("0" * 32)
+    assert FAILING_PASSWORD not in str(failure.value) and "/api/2.0/mlflow/runs/" in str(failure.value)
+    import loopscale.search.tune.driver as driver
+
+    monkeypatch.setattr(driver, "run_search", search_whose_store_fails)
+    spec = write_spec(tmp_path, "spec.toml")
+    assert main(["search", str(spec), "--tracking-uri", failing_server]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith("loopscale: error: MLflow store http://rt:***@127.0.0.1:") and err.count("\n") == 1, err
+    assert FAILING_PASSWORD not in out + err
 
 
 def test_redact_hides_every_uri_password():
