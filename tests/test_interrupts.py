@@ -141,7 +141,7 @@ def caught_signals(pid: int) -> int:
     return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), 16)
 
 
-def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
+def launched(folder: Path, ray_dir: str, resume: bool = False) -> tuple[subprocess.Popen, float]:
     """``loopscale search spec.toml`` through the console script, once loopscale's code holds SIGTERM (before
     that the interpreter itself starts: ~30-50 ms of site imports that run no loopscale code); the seconds
     that took. With Python's fault handler on, so that a crash leaves the Python stack of every thread and
@@ -150,7 +150,7 @@ def launched(folder: Path, ray_dir: str) -> tuple[subprocess.Popen, float]:
     command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
     started = time.monotonic()
     env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen([*command, "search", "spec.toml"], cwd=folder, stdout=subprocess.PIPE,
+    process = subprocess.Popen([*command, "search", "spec.toml", *(["--resume"] if resume else [])], cwd=folder, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
         assert process.poll() is None and time.monotonic() - started < 60, process.communicate()
@@ -251,17 +251,26 @@ def test_the_console_exit_skips_native_exit_handlers_and_keeps_what_a_python_exi
 @pytest.mark.slow
 @pytest.mark.integration
 def test_signals_while_ray_starts_and_once_the_sweep_runs_leave_it_resumable(tmp_path, ray_dir):
-    """Ray's start (5-12 s here) replaces the SIGTERM handler with sys.exit(15), then a C++ one that aborts
+    """Ray's start replaces the SIGTERM handler with sys.exit(15), then a C++ one that aborts
     (exit -6 and a stack dump); a signal there is still one line and 130/143. Then a signal once the banner is
     out, and --resume completes the sweep with each trial once. Until the console script exited without C's
     exit handlers (``search.cli.exit_process``), the process then died of SIGSEGV in Ray's in about one CI run
     in three."""
     spec = small_sweep(tmp_path / "sweep")
-    for signum, after_s in ((signal.SIGTERM, 3.0), (signal.SIGINT, 4.5), (signal.SIGTERM, 6.0)):
-        process, _ = launched(tmp_path / "sweep", ray_dir)
-        time.sleep(after_s)
+    said = ""
+    # moments of Ray's start, by what it has written (not by seconds, which change with the machine and the
+    # driver's own start-up): its session folder (processes starting), its raylet's socket (up, the driver
+    # connecting)
+    for signum, written in ((signal.SIGTERM, "ray/session_*"), (signal.SIGINT, "ray/session_*/sockets/raylet"),
+                            (signal.SIGTERM, "ray/session_*/sockets/raylet")):
+        # a stop that wrote the sweep's state said to --resume it, which the next launch then does
+        earlier = set(Path(ray_dir).glob(written))  # an earlier launch's Ray left its session folder
+        process, _ = launched(tmp_path / "sweep", ray_dir, resume="--resume" in said)
+        while not set(Path(ray_dir).glob(written)) - earlier:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.005)
         process.send_signal(signum)
-        stopped_in_one_line(process, signum, tmp_path / "sweep", ray_dir)
+        said = stopped_in_one_line(process, signum, tmp_path / "sweep", ray_dir)
     driver = Driver(spec, ray_dir, resume=True)  # --resume: the state may be written already; else a fresh run
     assert driver.wait_for("sweep ", 1), "".join(driver.output)
     driver.process.send_signal(signal.SIGTERM)
