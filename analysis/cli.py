@@ -299,8 +299,8 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
     given = budgets
     budgets = budgets or sorted(used["budget_flops"].unique())
-    recurrences = recurrences or sorted(int(r) for r in used["r"].unique())
     measured = sorted(int(r) for r in used["r"].unique())
+    recurrences = recurrences or measured
     others = [r for r in recurrences if r not in measured]
     if len(measured) == 1 and others and options.fix_phi is None:  # the fit would hold phi at 0 (fit.py)
         raise ValueError(f"{args.experiment} has runs of one r only (r={measured[0]}): at r={others[0]} phi is not "
