@@ -274,8 +274,10 @@ def test_a_driver_killed_while_it_creates_the_store_leaves_none_half_built(tmp_p
     # of them used to leave a store that no later run could open. Kill the creator in the middle, then open it.
     database = tmp_path / "runs" / "mlflow.db"
     uri = f"sqlite:///{database}"
+    # (a user cache without an empty store to copy: MLflow migrates, see search/store_template.py)
     creator = subprocess.Popen([sys.executable, "-c",
-                                f"from loopscale.search.tracking import ready_store; ready_store({uri!r})"])
+                                f"from loopscale.search.tracking import ready_store; ready_store({uri!r})"],
+                               env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     deadline, building = time.monotonic() + 120, []
     while not (building and tables_in(building[0])) and creator.poll() is None:  # the first migrations are in
         assert time.monotonic() < deadline, "the store was never started"

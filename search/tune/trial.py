@@ -38,7 +38,7 @@ from loopscale import objectives
 from loopscale.objectives import TrialConfig
 
 from .receipts import JsonFile, Receipt
-from .studies import METRIC, finite
+from .metric import METRIC, finite
 
 if TYPE_CHECKING:
     from loopscale.objectives.checkpoint import Checkpointing
