@@ -401,7 +401,11 @@ class TrialTracker:
         status = str(result.get("status", "ok"))
         reason = str(result.get("reason", "")) or ("" if status == "ok" else f"trial reported status {status}")
         now_ms, step = int(time.time() * 1000), int(result.get("steps", 0) or 0)
-        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
+        # the curve's last report is the final step's train_loss: logged again here, that step would be in the
+        # curve twice (an earlier attempt's run, finished from a receipt, holds its curve in the store only)
+        held = max(entry.reached, self._last_step(entry.run_id) if entry.again else 0)
+        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS
+                        if _finite(result.get(k)) and not (k in CURVE_KEYS and step <= held)]
         entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):

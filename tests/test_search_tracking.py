@@ -108,7 +108,8 @@ def test_a_trial_retried_after_its_receipt_finishes_the_run_it_streamed(tmp_path
     t.close({"search/a/1"})
     (run,) = runs(spec, experiment_id, ViewType.ALL)  # one run ever, none deleted
     assert (run.info.lifecycle_stage, run.info.status) == ("active", "FINISHED")
-    assert [step for step, _ in history(spec, run)] == [1, 10, 20, 20]  # streamed, then the final result's
+    assert history(spec, run) == [(1, 4.9), (10, 4.0), (20, 3.0)]  # each step once: the final one is streamed
+    assert run.data.metrics["train_loss"] == 3.0
 
     # a retry that trains again streams from its first step: its run replaces the earlier attempt's
     t.start("search/a/2", META, config(3))
@@ -136,7 +137,7 @@ def test_a_run_outlives_a_killed_driver_when_its_trial_had_ended(tmp_path):
     resumed.close({"search/a/1"})
     reconcile = tracker(spec, experiment_id, parent)
     reconcile.start("search/a/1", META, config(2))
-    reconcile.finish("search/a/1", result(3.0))
+    reconcile.finish("search/a/1", {**result(3.0), "steps": 10, "train_loss": 4.0})  # its curve ended there
     (run,) = runs(spec, experiment_id)
     assert (run.info.run_id, run.info.status, run.info.start_time) == (streamed.info.run_id, "FINISHED",
                                                                        streamed.info.start_time)
