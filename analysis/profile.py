@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from .fit import polish
 from .fit_objective import unweighted_objective
 from .fit_problem import FitData, FitProblem
 from .optimize import minimize_batch
@@ -45,6 +46,9 @@ def profile_objective(data: FitData, options: FitOptions, phis: np.ndarray) -> n
     lower[:, 5] = upper[:, 5] = phis[group]
     result = minimize_batch(unweighted_objective(data, options.delta), starts, lower, upper,
                             max_iter=options.max_iter, groups=group)
-    best = np.full(len(phis), np.inf)
-    np.minimum.at(best, group, result.f)
-    return best
+    # each phi's best end, polished as fit_joint_law polishes its optimum, so that a profile at a phi is that fit's
+    best = np.full(len(phis), -1)
+    for row in np.argsort(result.f, kind="stable")[::-1]:
+        best[group[row]] = row
+    return np.array([polish(dataclasses.replace(problem, lower=lower[row], upper=upper[row]), result.x[row],
+                            result.f[row])[1] for row in best])

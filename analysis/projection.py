@@ -31,6 +31,9 @@ from .fit_problem import FitProblem
 GRID_POINTS = {"alpha": 26, "beta": 26, "phi": 25}  # per free exponent over its bounds: steps 0.1, 0.1, 0.25
 # Every non-empty support set of (E, A, B), as masks in that order.
 SUPPORTS = np.array([s for s in itertools.product((0.0, 1.0), repeat=3) if any(s)])
+# Grid points x runs per call of the objective: its (points x runs) temporaries then stay in the CPU's cache (with
+# 116 runs, slices of ~1,000 points evaluated the grid ~4x faster per point than slices of 4,096, measured here).
+SLICE_ELEMENTS = 2 ** 17
 RIDGE = 1e-12  # on the unit diagonal of the column-normalised Gram matrix: keeps collinear columns solvable
 
 
@@ -72,7 +75,9 @@ def projected_grid(problem: FitProblem, phis: np.ndarray | None = None) -> tuple
     phi, alpha, beta = (g.ravel() for g in np.meshgrid(phis, alphas, betas, indexing="ij"))
     theta = np.stack([log_coef[:, 1], alpha, log_coef[:, 2], beta, log_coef[:, 0], phi], axis=1)
     theta = np.clip(theta, problem.lower, problem.upper)
-    f, _ = objective(theta, data, np.ones((1, data.n_runs)), problem.options.delta)
+    ones, step = np.ones((1, data.n_runs)), max(1, SLICE_ELEMENTS // data.n_runs)
+    f = np.concatenate([objective(theta[i:i + step], data, ones, problem.options.delta)[0]
+                        for i in range(0, len(theta), step)])
     return theta, f
 
 

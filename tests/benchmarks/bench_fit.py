@@ -8,7 +8,9 @@ Runs are simulated from the paper's law with 0.01-nat noise (objectives.simulate
 half of its widths, the grid itself (116 runs), every even-to-odd width in between (dense), the dense grid twice
 with different noise seeds, and the dense grid twice at r = 1 only (a plain study: phi held at 0). Per grid:
 the fit with its block bootstrap by ``fit_joint_law`` (new) and by 500 seeded random starts through the same
-batched optimiser, polish and bootstrap (old, tests/multistart.py); their CPU seconds and ratio, the relative
+batched optimiser, polish and bootstrap (old, tests/multistart.py, its bootstrap pruning its off-basin starts
+after the optimiser's default 500 iterations, as before, instead of ``BOOTSTRAP_PRUNE_AFTER``: the fit as it was
+made before variable projection, number for number); their CPU seconds and ratio, the relative
 difference of the minimised objective (new - old: negative is a lower optimum), the largest relative difference
 of the six constants, and phi with its interval by each. Then the profile: ``profile_objective`` at 40 phis
 against 40 fixed-phi fits by ``fit_joint_law``. Times are CPU seconds of this process (wall seconds in brackets):
@@ -23,6 +25,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import inspect  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -32,9 +35,11 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the simulated grid and the reference
 
+import loopscale.analysis.bootstrap as bootstrap  # noqa: E402
 from loopscale.analysis import FitOptions, fit_joint_law  # noqa: E402
 from loopscale.analysis.fit import joint_problem  # noqa: E402
 from loopscale.analysis.fit_types import CONSTANTS, constants_of  # noqa: E402
+from loopscale.analysis.optimize import minimize_batch  # noqa: E402
 from loopscale.analysis.profile import profile_objective  # noqa: E402
 from multistart import multistart_fit  # noqa: E402
 from test_analysis_sim import PAPER_GRID, paper_runs  # noqa: E402
@@ -68,6 +73,17 @@ def interval(draws: np.ndarray, confidence: float) -> str:
     return f"{lo:.3f}-{hi:.3f}"
 
 
+def old_fit(runs: pd.DataFrame, options: FitOptions) -> tuple[np.ndarray, float, np.ndarray]:
+    """The fit as it was before variable projection: 500 random starts, and the bootstrap's starts pruned on the
+    optimiser's default schedule."""
+    projected = bootstrap.BOOTSTRAP_PRUNE_AFTER
+    bootstrap.BOOTSTRAP_PRUNE_AFTER = inspect.signature(minimize_batch).parameters["prune_after"].default
+    try:
+        return multistart_fit(runs, options)
+    finally:
+        bootstrap.BOOTSTRAP_PRUNE_AFTER = projected
+
+
 def compare_fits(n_boot: int) -> None:
     options = FitOptions(n_bootstrap=n_boot, stage=None)
     print(f"fit with {n_boot} block-bootstrap resamples: new (variable projection) vs old ({options.n_starts} random "
@@ -76,7 +92,7 @@ def compare_fits(n_boot: int) -> None:
           f"{'starts':>6} {'phi new':>8} {'CI new':>12} {'CI old':>12}")
     for name, runs in grids().items():
         new, new_cpu, new_wall = timed(lambda: fit_joint_law(runs, options=options))
-        (theta, f, boot), old_cpu, old_wall = timed(lambda: multistart_fit(runs, options))
+        (theta, f, boot), old_cpu, old_wall = timed(lambda: old_fit(runs, options))
         old_constants = constants_of(theta[None])[0]
         diff = np.abs([getattr(new, c) for c in CONSTANTS] - old_constants)
         d_const = np.max(diff / np.where(old_constants == 0, 1.0, np.abs(old_constants)))  # phi held at 0: absolute
