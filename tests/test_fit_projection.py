@@ -13,7 +13,7 @@ from loopscale.analysis.fit import joint_problem
 from loopscale.analysis.fit_types import CONSTANTS, constants_of
 from loopscale.analysis.optimize import minimize_batch
 from loopscale.analysis.profile import profile_objective
-from loopscale.analysis.projection import exponent_grid, nonnegative_least_squares
+from loopscale.analysis.projection import exponent_grid, local_minima, nonnegative_least_squares
 from multistart import multistart_fit
 from test_analysis_sim import paper_runs
 from test_fit import LAWS, NINE_CELLS
@@ -48,6 +48,14 @@ def test_a_single_r_grid_holds_phi_at_zero(tables):
     problem, single_r = joint_problem(load_runs(tables["single_r"]), FitOptions(stage=None))
     alphas, betas, phis = exponent_grid(problem)
     assert single_r == 1 and phis.tolist() == [0.0] and len(alphas) == len(betas) == 26
+
+
+def test_local_minima_of_the_grid_one_per_flat_stretch():
+    grid = np.array([[3.0, 1.0, 1.0, 2.0, 0.5],
+                     [4.0, 2.0, 2.0, 2.0, 0.7]])
+    assert np.argwhere(local_minima(grid, axes=(0, 1))).tolist() == [[0, 1], [0, 4]]
+    # along the second axis alone, each row has its own
+    assert np.argwhere(local_minima(grid, axes=(1,))).tolist() == [[0, 1], [0, 4], [1, 1], [1, 4]]
 
 
 def test_nonnegative_least_squares_is_exact():
