@@ -1,6 +1,6 @@
 """The variable-projection fitter (analysis.projection) against the paper's 500-start fit (tests/multistart.py):
 the same optimum on simulated sweeps and the example runs tables; its exact non-negative least squares; the
-profile of the objective over phi (analysis.profile)."""
+profile of the objective over phi (analysis.phi_profile)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from loopscale.analysis import FitOptions, fit_joint_law, load_runs
 from loopscale.analysis.fit import joint_problem
 from loopscale.analysis.fit_types import CONSTANTS, constants_of
 from loopscale.analysis.optimize import minimize_batch
-from loopscale.analysis.profile import profile_objective
+from loopscale.analysis.phi_profile import profile_objective
 from loopscale.analysis.projection import exponent_grid, local_minima, nonnegative_least_squares
 from multistart import multistart_fit
 from test_analysis_sim import paper_runs

@@ -40,7 +40,7 @@ from loopscale.analysis import FitOptions, fit_joint_law  # noqa: E402
 from loopscale.analysis.fit import joint_problem  # noqa: E402
 from loopscale.analysis.fit_types import CONSTANTS, constants_of  # noqa: E402
 from loopscale.analysis.optimize import minimize_batch  # noqa: E402
-from loopscale.analysis.profile import profile_objective  # noqa: E402
+from loopscale.analysis.phi_profile import profile_objective  # noqa: E402
 from multistart import multistart_fit  # noqa: E402
 from test_analysis_sim import PAPER_GRID, paper_runs  # noqa: E402
 
