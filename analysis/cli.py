@@ -125,7 +125,8 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) ->
     group.add_argument("--stage", default="search",
                        help="fit only runs of this stage; 'all' for every stage (default search)")
     group.add_argument("--n-starts", type=int, default=500,
-                       help=f"random optimiser starts (default 500, at most {MAX_STARTS:,}: each is one more fit)")
+                       help=f"most optimiser starts: the best local minima of the projected exponent grid "
+                            f"(default 500, at most {MAX_STARTS:,}; a fit finds a few)")
     group.add_argument("--n-bootstrap", type=int, default=200,
                        help=f"bootstrap resamples behind the intervals (default 200, at most "
                             f"{MAX_BOOTSTRAP:,}: memory grows with resamples x runs; a runs table holds at most "
