@@ -307,7 +307,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
                          "measured; pass --fix-phi VALUE to say which phi (0: a recurrence adds no capacity)")
     check_requests(budgets, recurrences, width, template, batch_tokens)
     law = fit_joint_law(runs, options=options)
-    if law.fixed_phi is None:
+    if law.phi_applicable and law.fixed_phi is None:  # a single-r fit has no phi to identify
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
                                   options.bounds)
     say(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "

@@ -71,13 +71,14 @@ class Analysis:
             "experiment": self.name, "unfinished": self.unfinished or None,
             "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
             "excluded": excluded.to_dict(orient="records"),
-            "joint": joint.to_dict(), "phi0": self.suite.phi0.to_dict(), "phi1": self.suite.phi1.to_dict(),
+            "joint": joint.to_dict(), **{name: fit.to_dict() if fit else None for name, fit in
+                                         (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
             "gap_to_r1": self.gap_ranges(),
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
-            "flops_spent": flops_spent(self.runs),
+            "flops_spent": flops_spent(self.runs) if self.runs["flops_spent"].notna().any() else None,
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
         }
@@ -97,9 +98,7 @@ class Analysis:
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                   f"{_phi_line(joint)} [{joint.status.value}]", *_constant_lines(joint),
-                  "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
-                                                                          self.suite.phi1.r2)
-                  + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
+                  _r2_line(self.suite)]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
@@ -108,8 +107,9 @@ class Analysis:
             lines.append(self.backtest.text())
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
-        lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
-                     + ", ".join(f"{k} {numbers.flops(v)}" for k, v in spent["per_cell"].items()))
+        if spent is not None:
+            lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
+                         + ", ".join(f"{k} {numbers.flops(v)}" for k, v in spent["per_cell"].items()))
         if s["cells_flagged"]:
             reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
             lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "
@@ -166,9 +166,10 @@ class Analysis:
         """(metrics, params, tags) of the analysis run."""
         joint = self.suite.joint
         metrics = {"E": joint.E, "A": joint.A, "alpha": joint.alpha, "B": joint.B, "beta": joint.beta,
-                   "r2_joint": joint.r2,
-                   "r2_phi0": self.suite.phi0.r2, "r2_phi1": self.suite.phi1.r2, "rmse_joint": joint.rmse,
+                   "r2_joint": joint.r2, "rmse_joint": joint.rmse,
                    "runs_used": len(self.used), "runs_excluded": len(self.runs) - len(self.used)}
+        if self.suite.restricted:
+            metrics.update(r2_phi0=self.suite.phi0.r2, r2_phi1=self.suite.phi1.r2)
         if joint.phi_applicable:
             metrics.update(phi=joint.phi, phi_lo=joint.phi_ci[0], phi_hi=joint.phi_ci[1])
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
@@ -226,6 +227,14 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
                         seconds=time.perf_counter() - start, backtest=held_out)
     analysis.tables = _tables(analysis)
     return analysis
+
+
+def _r2_line(suite: FitSuite) -> str:
+    """R^2 of the joint fit, and of the paper's comparison fits where there are any (runs of several r)."""
+    if not suite.restricted:
+        return f"R^2: {suite.joint.r2:.4f}"
+    return ("R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(suite.joint.r2, suite.phi0.r2, suite.phi1.r2)
+            + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(suite.per_r.items())))
 
 
 def _phi_line(joint: LawFit) -> str:

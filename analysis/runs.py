@@ -33,7 +33,9 @@ EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens
 NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                    "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
+# A table without ``r`` is a plain (non-looped) study: r = 1 and, where it lacks N_rec too, N_rec = 0.
 REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
+PLAIN_STUDY = {"r": 1, "N_rec": 0}
 FILE_SUFFIXES = (".csv", ".parquet", ".pq")
 MAX_MAGNITUDE = 1e60  # far beyond any FLOP, token or parameter count; 1e308 overflowed the fit
 ORDER = ("stage", "budget_flops", "r", "width", "s", "run_id")  # rows read from MLflow, sorted
@@ -84,6 +86,8 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
     """Check and normalise a raw runs table; rows marked ok with unusable numbers become status 'invalid'."""
     if table.empty:
         raise ValueError(f"no runs in {default_sweep or 'the table'}")
+    if "r" not in table.columns:
+        table = table.assign(**{c: v for c, v in PLAIN_STUDY.items() if c not in table.columns})
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")
