@@ -108,10 +108,15 @@ def _law_source(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
+    """--tracking-uri, and --columns: where the runs come from and how their columns read."""
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, sqlite:///path/mlflow.db or http(s)://server "
                              "(default: $MLFLOW_TRACKING_URI, else the search's sqlite:///<cwd>/loopscale-runs/"
                              "mlflow.db)")
+    parser.add_argument("--columns", default=None, metavar="TARGET=SOURCE[*FACTOR],...",
+                        help="read the runs table's column SOURCE as the format's column TARGET, times FACTOR "
+                             "for a unit, e.g. val_loss=loss,N_once=params,budget_flops=gflops*1e9 "
+                             "(docs/runs_table.md)")
 
 
 def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) -> None:
@@ -146,21 +151,21 @@ def _options(args: argparse.Namespace) -> FitOptions:
 def run_analyze(args: argparse.Namespace) -> int:
     options = _options(args)  # first: bounds and choices refused before any work
     analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=options,
-                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log)
+                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log, columns=args.columns)
     return 0
 
 
 def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out: Path | None = None,
                        options: FitOptions = DEFAULT_FIT_OPTIONS, budgets: list[float] | None = None,
-                       recurrences: list[int] | None = None, log: bool = True) -> Path:
-    """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file), write its tables and
-    plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
-    when the runs came from MLflow and ``log``."""
+                       recurrences: list[int] | None = None, log: bool = True, columns: str | None = None) -> Path:
+    """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file, its columns mapped by
+    ``columns``), write its tables and plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the
+    summary, and log an analysis run when the runs came from MLflow and ``log``."""
     from .report import analyze
     from .runs import usable_runs
 
     _check_out(out, folder=True)
-    runs = _load(experiment, tracking_uri)
+    runs = _load(experiment, tracking_uri, columns)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     out = out or DEFAULT_OUT / name
     _check_out(out, folder=True)
@@ -192,12 +197,12 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     return out
 
 
-def _load(experiment: str, tracking_uri: str | None):
-    """``load_runs``, and a warning line on stderr for runs whose tokens disagree with their budgets (refused when
-    all do: ``runs.budget_disagreement``)."""
+def _load(experiment: str, tracking_uri: str | None, columns: str | None):
+    """``load_runs`` (``columns``: --columns), and a warning line on stderr for runs whose tokens disagree with
+    their budgets (refused when all do: ``runs.budget_disagreement``)."""
     from .runs import budget_disagreement, load_runs
 
-    runs = load_runs(experiment, tracking_uri)
+    runs = load_runs(experiment, tracking_uri, columns=columns)
     disagreement = budget_disagreement(runs, experiment)
     if disagreement:
         say(f"loopscale: warning: {disagreement}", file=sys.stderr)
@@ -284,6 +289,8 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
 
     width = getattr(args, "width", None)
     if args.law == "paper":
+        if args.columns is not None:
+            raise ValueError("--columns maps the columns of a runs table; --law paper reads none")
         if options.fix_phi is not None:
             raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
         check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
@@ -291,7 +298,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
-    runs = _load(args.experiment, args.tracking_uri)
+    runs = _load(args.experiment, args.tracking_uri, args.columns)
     used = usable_runs(runs, stage=options.stage)
     template, batch_tokens, _ = template_of(runs)
     mismatch = template_mismatch(used, template)
@@ -353,8 +360,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs
 
     options = _options(args)
-    runs_a = _load(args.experiment_a, args.tracking_uri)
-    runs_b = _load(args.experiment_b, args.tracking_uri)
+    runs_a = _load(args.experiment_a, args.tracking_uri, args.columns)
+    runs_b = _load(args.experiment_b, args.tracking_uri, args.columns)
     result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
                           all_budgets=args.all_budgets)
     result = dataclasses.replace(result, spec_notes=tuple(spec_notes(args.experiment_a, runs_a, args.experiment_b,

@@ -36,19 +36,26 @@ NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda
 # A table without ``r`` is a plain (non-looped) study: r = 1 and, where it lacks N_rec too, N_rec = 0.
 REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
 PLAIN_STUDY = {"r": 1, "N_rec": 0}
+# Every column of the format docs/runs_table.md documents (and ``--columns`` may map to), ``template.<key>`` aside.
+TABLE_COLUMNS = (*REQUIRED_COLUMNS, "width", "flops_per_token", "status", "reason", "stage", "run_id", "sweep",
+                 "flops_spent", "N_embed", "lr", "seed", "s", "batch_tokens")
 FILE_SUFFIXES = (".csv", ".parquet", ".pq")
 MAX_MAGNITUDE = 1e60  # far beyond any FLOP, token or parameter count; 1e308 overflowed the fit
 ORDER = ("stage", "budget_flops", "r", "width", "s", "run_id")  # rows read from MLflow, sorted
 
 
-def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
+def load_runs(experiment: str | Path, tracking_uri: str | None = None, columns: str | None = None) -> pd.DataFrame:
     """The validated runs table of an MLflow experiment (= sweep name), or of a CSV / parquet file.
 
     ``experiment`` naming an existing file (or ending in .csv / .parquet) is read as a file; anything else is
     an experiment name looked up at ``tracking_uri`` (default: $MLFLOW_TRACKING_URI, else the search's store,
-    sqlite:///<cwd>/loopscale-runs/mlflow.db). Every problem with the input is a ValueError with one clear line,
+    sqlite:///<cwd>/loopscale-runs/mlflow.db). ``columns`` maps the table's own columns to the format's, as
+    ``--columns`` does (``column_map``). Every problem with the input is a ValueError with one clear line,
     raised before any write.
     """
+    from .column_map import apply_columns, parse_columns  # it reads this module's TABLE_COLUMNS
+
+    mapping = parse_columns(columns) if columns is not None else ()
     source = str(experiment)
     path = Path(source)
     if path.suffix.lower() in FILE_SUFFIXES or path.is_file():
@@ -62,6 +69,8 @@ def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.Dat
         table = pd.DataFrame(rows)
         origin = {"source": source, "tracking_uri": uri}
         default_sweep = source
+    if mapping:
+        table = apply_columns(table, mapping, source)
     runs = validate_runs(table, default_sweep=default_sweep)
     if origin["tracking_uri"] is not None:
         # MLflow returns runs newest first, an order that a resumed or repeated sweep changes; the fit's sums and
