@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .intervals import spread_of, with_intervals
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
+from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
@@ -52,8 +54,8 @@ class Analysis:
     frontier: pd.DataFrame
     power_laws: pd.DataFrame
     suite: FitSuite
-    allocation: pd.DataFrame | None
-    law_curves: pd.DataFrame | None
+    allocation: pd.DataFrame  # a template's allocation table, or the law's optimum (analysis/law_optimum.py)
+    law_curves: pd.DataFrame
     template_note: str
     seconds: float
     backtest: Backtest | None = None
@@ -85,7 +87,7 @@ class Analysis:
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
-        if self.allocation is None or not self.suite.joint.phi_applicable:
+        if not self.suite.joint.phi_applicable:
             return {}
         looped = self.allocation[self.allocation["r"] > 1]
         return {str(int(r)): [float(g["loss_gap_to_r1"].min()), float(g["loss_gap_to_r1"].max())]
@@ -118,14 +120,13 @@ class Analysis:
         if joint.warnings:
             lines += [f"warning: {problem}" for problem in joint.warnings]
             lines += [f"  likely fix: {fix}" for fix in s["likely_fixes"]]
-        if self.allocation is None:
-            lines.append(f"allocation table skipped: {self.template_note}")
+        if "width_built" in self.allocation:
+            lines.append("compute-optimal models under the fitted law (buildable; every column: tables/allocation):")
         else:
-            lines.append("compute-optimal models under the fitted law (buildable; every column: "
+            lines.append(f"compute-optimal N and D under the fitted law ({self.template_note}; every column: "
                          "tables/allocation):")
-            lines.append(f"intervals: {spread_of(joint)[1]}")
-            return numbers.wrap("\n".join(lines)) + "\n" + readable(buildable(self.allocation)).to_string(index=False)
-        return numbers.wrap("\n".join(lines))
+        lines.append(f"intervals: {spread_of(joint)[1]}")
+        return numbers.wrap("\n".join(lines)) + "\n" + readable(short_table(self.allocation)).to_string(index=False)
 
     def write(self, out_dir: Path) -> list[Path]:
         """Write tables, figures and the summary as the folder ``out_dir``, which is replaced as a whole
@@ -158,8 +159,7 @@ class Analysis:
                    "frontier": frontier_figure(used, self.frontier, self.law_curves),
                    "residuals": residual_figure(fit_rows(self.runs, self.options), self.suite.joint),
                    "phi_bootstrap": phi_figure(self.suite.joint)}
-        if self.law_curves is not None:
-            figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
+        figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
         return figures
 
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -197,6 +197,13 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
         counts = exclusions(runs, stage=options.stage)
         detail = "; ".join(f"{c} {s} ({why})" for s, why, c in counts.itertuples(index=False))
         raise ValueError(f"no usable runs in {name or 'the table'}: {detail or 'none ok'}")
+    budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
+    recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
+    template, batch_tokens, note = template_of(runs)
+    mismatch = template_mismatch(used, template)
+    costs = RunCosts.of(used) if mismatch else None  # no template builds the runs: the law's own optimum
+    if costs is not None:
+        costs.check(recurrences)
     say(f"{len(used)} runs in {used.groupby(['budget_flops', 'r']).ngroups} cells: IsoFLOP optima, frontier, "
         "power laws")
     optima = cell_optima(used, stage=None, n_bootstrap=options.n_bootstrap, seed=options.seed,
@@ -204,24 +211,21 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     frontier = pareto_frontier(used, stage=None)
     laws = power_laws(optima, confidence=options.confidence)
     suite = fit_suite(runs, options=options, progress=say)
-    budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
-    recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
-    template, batch_tokens, note = template_of(runs)
-    mismatch = template_mismatch(used, template)
-    allocation = law_curves = None
-    if mismatch:
-        note = mismatch
+    say("allocation tables")
+    fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
+    if costs is not None:
+        allocation = optimum_table(suite.joint, budgets, recurrences, costs=costs, spread=spread_of(suite.joint)[0])
+        law_curves = optimum_table(suite.joint, fine, recurrences, costs=costs)
+        note = f"no template: {mismatch}; {costs.note}"
     else:
-        say("allocation tables")
         allocation = with_intervals(allocation_table(suite.joint, budgets, recurrences, template=template,
                                                      batch_tokens=batch_tokens), spread_of(suite.joint)[0],
                                     template=template, batch_tokens=batch_tokens)
-        fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
     say("backtest: the law refitted without the largest budget (when 3 or more were run)")
-    held_out = backtest(runs, optima, options=options, template=None if mismatch else template,
-                        batch_tokens=batch_tokens)
+    held_out = backtest(runs, optima, options=options, allocate=partial(optimum_table, costs=costs) if costs else
+                        partial(allocation_table, template=template, batch_tokens=batch_tokens))
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
                         seconds=time.perf_counter() - start, backtest=held_out)
@@ -289,8 +293,8 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
               "excluded": exclusions(a.runs, stage=a.options.stage),
               "excluded_runs": excluded_runs(a.runs, stage=a.options.stage),
               "gaps_measured": cell_gaps(a.optima.table) if "L_opt" in a.optima.table else pd.DataFrame()}
-    if a.allocation is not None:
-        tables["allocation"] = a.allocation
+    tables["allocation"] = a.allocation
+    if "width_built" in a.allocation:
         tables["allocation_buildable"] = buildable(a.allocation)
     if a.backtest is not None:
         tables["backtest"] = a.backtest.cells
