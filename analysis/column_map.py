@@ -1,7 +1,8 @@
 """``--columns TARGET=SOURCE[*FACTOR],...``: read another tool's runs table (a W&B export, a published IsoFLOP
 study) under the names and units of docs/runs_table.md, without renaming its columns by hand.
 
-Each TARGET is a column of the runs table format (``runs.TABLE_COLUMNS``, or a ``template.<key>``); SOURCE names
+Each TARGET is a column of the runs table format (``runs.TABLE_COLUMNS``, passed in by ``runs.load_runs``, or a
+``template.<key>``); SOURCE names
 a column of the file; ``*FACTOR`` multiplies it, for a unit: ``budget_flops=gflops*1e9`` reads GFLOPs as FLOPs,
 ``tokens=tokens_b*1e9`` billions of tokens as tokens. The mapped values replace a TARGET column the file
 already has. Every problem is one ValueError line, raised before any fit or write: a TARGET the format does not
@@ -14,8 +15,6 @@ import math
 from dataclasses import dataclass
 
 import pandas as pd
-
-from .runs import TABLE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -30,8 +29,8 @@ class Mapped:
         return f"{self.target}={self.source}" + (f"*{self.factor:g}" if self.factor != 1 else "")
 
 
-def parse_columns(text: str) -> tuple[Mapped, ...]:
-    """The mapping of a ``--columns`` value (module docstring)."""
+def parse_columns(text: str, targets: tuple[str, ...]) -> tuple[Mapped, ...]:
+    """The mapping of a ``--columns`` value (module docstring); ``targets``: the format's columns."""
     mapping: dict[str, Mapped] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -39,9 +38,9 @@ def parse_columns(text: str) -> tuple[Mapped, ...]:
         target, sign, source = (piece.strip() for piece in item.partition("="))
         if not sign or not target or not source:
             raise ValueError(f"--columns item {item!r} is not TARGET=SOURCE (e.g. val_loss=loss)")
-        if target not in TABLE_COLUMNS and not target.startswith("template."):
+        if target not in targets and not target.startswith("template."):
             raise ValueError(f"--columns target {target!r} is not a runs table column; the columns are "
-                             f"{', '.join(TABLE_COLUMNS)} and template.<key> (docs/runs_table.md)")
+                             f"{', '.join(targets)} and template.<key> (docs/runs_table.md)")
         if target in mapping:
             raise ValueError(f"--columns maps {target} twice ({mapping[target].text()}, {item})")
         source, star, factor_text = (piece.strip() for piece in source.rpartition("*")) if "*" in source \

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from . import numbers
+from .column_map import apply_columns, parse_columns
 from .options import MAX_RUNS
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 from .store import BRANCH_COLUMN, OPTIONS_PARAM
@@ -53,9 +54,7 @@ def load_runs(experiment: str | Path, tracking_uri: str | None = None, columns: 
     ``--columns`` does (``column_map``). Every problem with the input is a ValueError with one clear line,
     raised before any write.
     """
-    from .column_map import apply_columns, parse_columns  # it reads this module's TABLE_COLUMNS
-
-    mapping = parse_columns(columns) if columns is not None else ()
+    mapping = parse_columns(columns, TABLE_COLUMNS) if columns is not None else ()
     source = str(experiment)
     path = Path(source)
     if path.suffix.lower() in FILE_SUFFIXES or path.is_file():
