@@ -123,7 +123,7 @@ class Analysis:
         if "width_built" in self.allocation:
             lines.append("compute-optimal models under the fitted law (buildable; every column: tables/allocation):")
         else:
-            lines.append(f"compute-optimal N and D under the fitted law ({self.template_note}; every column: "
+            lines.append(f"compute-optimal N and D under the fitted law; {self.template_note} (every column: "
                          "tables/allocation):")
         lines.append(f"intervals: {spread_of(joint)[1]}")
         return numbers.wrap("\n".join(lines)) + "\n" + readable(short_table(self.allocation)).to_string(index=False)
@@ -216,7 +216,7 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     if costs is not None:
         allocation = optimum_table(suite.joint, budgets, recurrences, costs=costs, spread=spread_of(suite.joint)[0])
         law_curves = optimum_table(suite.joint, fine, recurrences, costs=costs)
-        note = f"no template: {mismatch}; {costs.note}"
+        note = f"no template builds these runs ({mismatch}); {costs.note}"
     else:
         allocation = with_intervals(allocation_table(suite.joint, budgets, recurrences, template=template,
                                                      batch_tokens=batch_tokens), spread_of(suite.joint)[0],
