@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from .stopping import SweepInterrupted, raise_if_interrupted, restore_signals, take_signals
+from .stopping import SweepInterrupted, noted_interrupt, raise_if_interrupted, restore_signals, take_signals
 
 STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db)"
 
@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # MLflow's client failing outside a sweep (status, ui): its exception, unwrapped
         from loopscale.analysis.store import failure_text, store_failure_types
 
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            return _interrupted(interrupt)
         if not isinstance(exc, store_failure_types()):
             raise
         return _error(f"the MLflow store failed: {failure_text(exc)}", 1)
@@ -278,14 +281,17 @@ def _error(message: str, code: int) -> int:
 
 
 def _interrupt_behind(exc: BaseException) -> BaseException | None:
-    """The SIGINT or SIGTERM that ``exc`` was raised from, if any (its cause or context, at any depth)."""
+    """The SIGINT or SIGTERM that ``exc`` was raised from, if any: its cause or context at any depth, or else a
+    signal ``interrupt`` noted while the command imported, whose exception a library turned into its own
+    without a link (pydantic-core's ``SchemaError`` quotes it as text: 1 of 8 SIGTERMs in the first second under
+    load)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, (SweepInterrupted, KeyboardInterrupt)):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
-    return None
+    return noted_interrupt()
 
 
 def _interrupted(exc: BaseException) -> int:
