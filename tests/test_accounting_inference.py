@@ -95,3 +95,20 @@ def test_measured_serving_counts_equal_the_closed_form(r, injection):
 def test_a_context_of_no_tokens_is_refused():
     with pytest.raises(ValueError, match="context must be a positive number of tokens, got 0"):
         inference(built(4, 2, "linear"), 0)
+
+
+def test_an_own_architecture_is_measured_from_its_forward():
+    """tests/fixtures/tiny_loop.py, counted by hand: each block multiplies qkv (3 d^2), out (d^2), up and down
+    (2 d^2 each) and attends over the context (4 d T); prelude, r loops and coda are r + 2 applications, each
+    with its K and V (2 d); the head 2 d V; norms and the embedding lookup count nothing."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "tiny_loop.py"
+    shape = dict(depth=10, prelude=1, coda=1, width_unit=32, head_dim=32, seq_len=64, vocab_size=97)
+    config = LoopedConfig.iso_depth(4, 2, architecture=f"{fixture}:tiny_loop", **shape)
+    d, applications, context = config.width, config.r + 2, 40
+    cost = inference(config, context)
+    assert cost.forward_flops_per_token == applications * (2 * 8 * d * d + 4 * d * context) + 2 * d * 97
+    assert cost.kv_entries_per_token == applications * 2 * d
+    counts = account(config)
+    assert cost.params == counts.N + counts.N_embed

@@ -157,3 +157,33 @@ def test_bad_caps_are_one_line_exit_2_before_any_work(tmp_path, capsys, command,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not any(tmp_path.iterdir())
+
+
+def test_predict_under_a_cap_says_what_serving_costs(capsys):
+    assert main(["predict", "--law", "paper", "--budget", "1e20", "--r", "4", "--max-params", "2e8",
+                 "--inference-tokens", "1e12"]) == 0
+    out, err = capsys.readouterr()
+    table = allocation_under(PAPER_LAW, [1e20], [4], Constraints(max_params=2e8, inference_tokens=1e12), None)
+    row = table.iloc[0]
+    lines = out.replace("\n  ", " ").splitlines()
+    assert lines[2].startswith(f"buildable: width {int(row['width_built'])} ")
+    assert lines[3].startswith("capped; to serve: ") and "lifetime " in lines[3]
+    assert lines[4].startswith("r=4 beats r=1 under caps on N below ")
+    assert "N = N_once + N_rec (unique non-embedding parameters) <= 200M" in err
+    assert row["serving_flops"] == 1e12 * inference(SizeCurve.from_model(4).config(int(row["width_built"])),
+                                                    2048).forward_flops_per_token
+    assert all(len(line) <= 120 for line in (out + err).splitlines())
+
+
+def test_a_fitted_law_s_draws_give_the_intervals_under_a_cap():
+    from test_analysis_sim import paper_runs
+
+    from loopscale.analysis import fit_joint_law
+
+    fit = fit_joint_law(paper_runs(noise=0.01), n_starts=40, n_bootstrap=20)
+    spread, _ = spread_of(fit)
+    table = allocation_under(fit, [1e20], [1, 4], Constraints(max_params=3e8), spread)
+    row = table[table["r"] == 4].iloc[0]
+    assert row["N_built"] <= 3e8 and row["N_built_hi"] <= 3e8
+    assert row["loss_built_lo"] <= row["loss_built"] <= row["loss_built_hi"]
+    assert row["loop_wins_below_N_lo"] <= row["loop_wins_below_N"] <= row["loop_wins_below_N_hi"]
