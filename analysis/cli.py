@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import constrained, numbers
+from . import constraints, numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
 from .store import DEFAULT_RUN_DIR, print_error
@@ -70,7 +70,7 @@ def register(subparsers) -> None:
     export_p.add_argument("--plot", type=Path, default=None, metavar="FILE",
                           help="also draw loss against N (unique non-embedding parameters) at each budget, one curve "
                                "per r, to FILE (.png, .svg or .pdf)")
-    constrained.add_arguments(export_p)
+    constraints.add_arguments(export_p)
     _fit_arguments(export_p, fix_phi=True)
     export_p.set_defaults(func=run_export)
 
@@ -85,7 +85,7 @@ def register(subparsers) -> None:
     predict_p.add_argument("--r", type=_ints_one, required=True, help="recurrence count")
     predict_p.add_argument("--width", type=_ints_one, default=None,
                            help="also the loss of the model of this width (a multiple of head_dim)")
-    constrained.add_arguments(predict_p)
+    constraints.add_arguments(predict_p)
     _fit_arguments(predict_p, fix_phi=True)
     predict_p.set_defaults(func=run_predict)
 
@@ -241,13 +241,14 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from . import constrained
     from .intervals import spread_of
     from .tables import render
 
     _check_out(args.out, folder=False)
     _check_plot(args.plot)
     options = _options(args)
-    args.constraints = constrained.from_args(args)
+    args.constraints = constraints.from_args(args)
     law, template, batch_tokens, budgets, recurrences = law_for(args, options, args.budgets, args.recurrences)
     extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     spread, note = spread_of(law)
@@ -347,7 +348,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from .sizes import PAPER_BATCH_TOKENS
 
     options = _options(args)
-    args.constraints = constrained.from_args(args)
+    args.constraints = constraints.from_args(args)
     law, template, batch_tokens, _, _ = law_for(args, options, [args.budget], [args.r])
     batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
     result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens,

@@ -16,7 +16,8 @@ import numpy as np
 from loopscale.model import JointLaw, tokens_for_budget
 
 from . import numbers
-from .constrained import Constraints, allocation_under, check, loop_wins_text
+from .constrained import allocation_under, loop_wins_text
+from .constraints import Constraints, check
 from .fit_types import LawFit
 from .intervals import LawSpread, spread_of
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from loopscale.analysis.cli import main
-from loopscale.analysis.constrained import Constraints, allocation_under, loop_wins_below
+from loopscale.analysis.constrained import allocation_under, loop_wins_below
+from loopscale.analysis.constraints import Constraints
 from loopscale.analysis.intervals import spread_of
 from loopscale.analysis.sizes import SizeCurve
 from loopscale.model import DTYPE_BYTES, PAPER_LAW, LoopedConfig, account, inference, tokens_for_budget
