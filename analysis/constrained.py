@@ -7,8 +7,9 @@ bytes of serving, weights + KV cache of ``batch`` sequences of ``context`` token
 (``model.inference``). Both grow with width, so the widths that fit are those up to the largest one that does
 (analysis/constraints.py: the constraints, their flags and ``largest_width``). At a fixed budget the law's loss
 falls with width up to the compute-optimal width and rises after it, so the best model under a cap is today's
-allocation (``allocation.allocation_table``) with its continuous optimum clamped to that width: the same code picks the buildable model, with or without a cap, and
-``tests/test_constrained.py`` checks the choice against a brute-force search over every buildable width and r.
+allocation (``allocation.allocation_table``) with its continuous optimum clamped to that width: the same code
+picks the buildable model, with or without a cap, and ``tests/test_constrained.py`` checks the choice against a
+brute-force search over every buildable width and r.
 
 Columns added to the allocation table:
   capped                   the cap binds: the model is narrower than the compute-optimal one
