@@ -43,9 +43,11 @@ LOG_WIDTH_RANGE = (np.log(8.0), np.log(1e6))
 
 
 def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: dict[str, Any] | None = None,
-                     batch_tokens: int = PAPER_BATCH_TOKENS) -> pd.DataFrame:
+                     batch_tokens: int = PAPER_BATCH_TOKENS, max_widths: dict[int, float] | None = None
+                     ) -> pd.DataFrame:
     """One row per (budget, r): the compute-optimal model under ``fit``'s law for the iso-depth ``template``
-    (default: the paper's)."""
+    (default: the paper's); its buildable model no wider than ``max_widths[r]`` where given (a cap on size:
+    analysis/constrained.py)."""
     law = fit.law if isinstance(fit, LawFit) else fit
     budgets = [float(c) for c in budgets]
     recurrences = [int(r) for r in recurrences]
@@ -61,7 +63,8 @@ def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: 
         base_width = optimal_width(law, curves[1], budget)
         base_loss = _loss(law, curves[1], base_width, budget)
         for r in recurrences:
-            rows.append(_row(law, curves[r], curves[1], budget, base_loss, batch_tokens))
+            max_width = (max_widths or {}).get(r, np.inf)
+            rows.append(_row(law, curves[r], curves[1], budget, base_loss, batch_tokens, max_width))
             if np.isnan(rows[-1]["width_built"]):  # the continuous optimum would be a model nobody can train
                 raise ValueError(f"budget {budget:.3g} FLOPs buys no optimizer step of {batch_tokens} tokens at "
                                  f"r={r} for any buildable width (the narrowest is one head, width "
@@ -111,13 +114,13 @@ def _loss(law: JointLaw, curve: SizeCurve, width, budget: float):
 
 
 def _row(law: JointLaw, curve: SizeCurve, base: SizeCurve, budget: float, base_loss: float,
-         batch_tokens: int) -> dict[str, Any]:
+         batch_tokens: int, max_width: float) -> dict[str, Any]:
     width = optimal_width(law, curve, budget)
     sizes = curve.sizes(width)
     tokens = budget / sizes["F"]
     loss = float(law.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens))
     n_eff = float(law.n_eff(sizes["N_once"], sizes["N_rec"], curve.r))
-    built = _built(law, curve, width, budget, batch_tokens)
+    built = _built(law, curve, min(width, max_width), budget, batch_tokens)
     same_cost_width = base.width_where("F", sizes["F"])
     equiv_width = float(base.width_where("N", n_eff))
     return {
@@ -133,7 +136,9 @@ def _row(law: JointLaw, curve: SizeCurve, base: SizeCurve, budget: float, base_l
 
 
 def _built(law: JointLaw, curve: SizeCurve, width: float, budget: float, batch_tokens: int) -> dict[str, Any]:
-    """The better buildable model next to the continuous optimum, trained for whole steps."""
+    """The better buildable model next to the continuous optimum ``width``, trained for whole steps. A width
+    capped at a buildable one (a multiple of head_dim) builds exactly that: the loss at fixed budget falls with
+    width up to the optimum, so under a cap below it the widest model allowed is the best."""
     built = {name: values[0].item() for name, values in
              built_models(stacked([law]), curve, np.array([width]), budget, batch_tokens).items()}
     whole = ("width_built", "heads_built")  # counts read as such (51552, not 51552.0)

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import numbers
+from . import constraints, numbers
 from .options import (DATA_MODES, DEFAULT_FIT_OPTIONS, INTERVAL_METHODS, MAX_BOOTSTRAP, MAX_RUNS, MAX_STARTS,
                       FitOptions)
 from .store import DEFAULT_RUN_DIR, print_error
@@ -67,6 +67,10 @@ def register(subparsers) -> None:
                                "non-looped model, ...); default: the buildable model per budget and r (budget, "
                                "r, width, heads, N, D, D/N, loss)")
     export_p.add_argument("--out", type=Path, default=None, help="output file (default: standard output)")
+    export_p.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                          help="also draw loss against N (unique non-embedding parameters) at each budget, one curve "
+                               "per r, to FILE (.png, .svg or .pdf)")
+    constraints.add_arguments(export_p)
     _fit_arguments(export_p, fix_phi=True)
     export_p.set_defaults(func=run_export)
 
@@ -81,6 +85,7 @@ def register(subparsers) -> None:
     predict_p.add_argument("--r", type=_ints_one, required=True, help="recurrence count")
     predict_p.add_argument("--width", type=_ints_one, default=None,
                            help="also the loss of the model of this width (a multiple of head_dim)")
+    constraints.add_arguments(predict_p)
     _fit_arguments(predict_p, fix_phi=True)
     predict_p.set_defaults(func=run_predict)
 
@@ -242,27 +247,39 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from .allocation import allocation_table, readable
-    from .intervals import spread_of, with_intervals
+    from . import constrained
+    from .intervals import spread_of
     from .law_optimum import optimum_table, short_table
     from .tables import render
 
     _check_out(args.out, folder=False)
+    _check_plot(args.plot)
     options = _options(args)
+    args.constraints = constraints.from_args(args)
     law, template, batch_tokens, budgets, recurrences, costs = law_for(args, options, args.budgets,
                                                                        args.recurrences)
+    if costs is not None and args.plot is not None:
+        raise ValueError("--plot draws the buildable models of a template, and none builds the runs' models")
+    extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
     spread, note = spread_of(law)
     if costs is None:
-        extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
-        table = allocation_table(law, budgets, recurrences, template=template, **extra)
-        table = with_intervals(table, spread, template=template, **extra)
+        table = constrained.allocation_under(law, budgets, recurrences, args.constraints, spread, template=template,
+                                             **extra)
     else:
         table = optimum_table(law, budgets, recurrences, costs=costs, spread=spread)
     print(f"intervals: {note}", file=sys.stderr)
+    say(args.constraints.text(template), file=sys.stderr)
+    if args.plot is not None:
+        from .capacity_plot import capacity_figure
+
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        capacity_figure(law, table, template=template, max_params=args.max_params,
+                        **extra).savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}", file=sys.stderr)
     if not args.full:
-        table = short_table(table)
+        table = short_table(table) if costs is not None else constrained.short_table(table, args.constraints)
         if args.format in ("md", "latex"):
-            table = readable(table)
+            table = constrained.readable_table(table)
     text = render(table, args.format)
     if args.out is None:
         sys.stdout.write(text)
@@ -271,6 +288,14 @@ def run_export(args: argparse.Namespace) -> int:
         args.out.write_text(text)
         print(f"wrote {len(table)} rows to {args.out}")
     return 0
+
+
+def _check_plot(plot: Path | None) -> None:
+    """--plot names a file of a format the figure is saved in, checked before any work."""
+    from .plots import FORMATS
+
+    if plot is not None and (plot.is_dir() or plot.suffix.lstrip(".") not in FORMATS):
+        raise ValueError(f"--plot {plot} must name a .png, .svg or .pdf file")
 
 
 def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] | None,
@@ -303,7 +328,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         if options.fix_phi is not None:
             raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
         check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
-                       PAPER_BATCH_TOKENS)
+                       PAPER_BATCH_TOKENS, getattr(args, "constraints", None))
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), None
@@ -321,12 +346,16 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         raise ValueError(f"{args.experiment} has runs of one r only (r={measured[0]}): at r={others[0]} phi is not "
                          "measured; pass --fix-phi VALUE to say which phi (0: a recurrence adds no capacity)")
     if costs is None:
-        check_requests(budgets, recurrences, width, template, batch_tokens)
+        check_requests(budgets, recurrences, width, template, batch_tokens, getattr(args, "constraints", None))
     else:
         costs.check(recurrences)
         if width is not None:
             raise ValueError(f"--width needs a template that builds the runs' models, and none does for "
                              f"{args.experiment} ({mismatch})")
+        if getattr(args, "constraints", None) not in (None, constraints.Constraints()):
+            raise ValueError(f"a cap or serving cost (--max-params, --max-memory, --inference-tokens) needs a "
+                             f"template that builds the runs' models, and none does for {args.experiment} "
+                             f"({mismatch})")
     law = fit_joint_law(runs, options=options)
     if law.phi_applicable and law.fixed_phi is None:  # a single-r fit has no phi to identify
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
@@ -349,10 +378,13 @@ def run_predict(args: argparse.Namespace) -> int:
     from .sizes import PAPER_BATCH_TOKENS
 
     options = _options(args)
+    args.constraints = constraints.from_args(args)
     law, template, batch_tokens, _, _, costs = law_for(args, options, [args.budget], [args.r])
     batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
     result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens,
-                     costs=costs)
+                     costs=costs, constraints=args.constraints)
+    if result["constrained"]:
+        say(args.constraints.text(template), file=sys.stderr)
     print("\n".join(prediction_lines(result, batch_tokens)))
     return 0
 

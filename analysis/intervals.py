@@ -70,10 +70,11 @@ def spread_of(law: LawFit | JointLaw) -> tuple[LawSpread | None, str]:
 
 
 def with_intervals(table: pd.DataFrame, spread: LawSpread | None, *, template: dict[str, Any] | None = None,
-                   batch_tokens: int = PAPER_BATCH_TOKENS) -> pd.DataFrame:
+                   batch_tokens: int = PAPER_BATCH_TOKENS, max_widths: dict[int, float] | None = None
+                   ) -> pd.DataFrame:
     """An ``allocation_table`` with ``<column>_lo`` and ``<column>_hi`` for each of ``WITH_INTERVAL``: the
-    compute-optimal model, and the buildable one next to it, re-optimised under each law of ``spread``. NaN
-    where there is no spread."""
+    compute-optimal model, and the buildable one next to it (no wider than ``max_widths[r]`` where given),
+    re-optimised under each law of ``spread``. NaN where there is no spread."""
     out = table.copy()
     for column in WITH_INTERVAL:
         out[f"{column}_lo"] = out[f"{column}_hi"] = np.nan
@@ -83,18 +84,20 @@ def with_intervals(table: pd.DataFrame, spread: LawSpread | None, *, template: d
     for index, row in table.iterrows():
         r = int(row["r"])
         curve = curves.setdefault(r, SizeCurve.from_model(r, template))
-        values = optimum_under(spread.laws, curve, float(row["budget_flops"]), batch_tokens)
+        values = optimum_under(spread.laws, curve, float(row["budget_flops"]), batch_tokens,
+                               (max_widths or {}).get(r, np.inf))
         for column in WITH_INTERVAL:
             out.loc[index, [f"{column}_lo", f"{column}_hi"]] = spread.bounds(values[column])
     return out
 
 
-def optimum_under(laws: JointLaw, curve: SizeCurve, budget: float, batch_tokens: int) -> dict[str, np.ndarray]:
+def optimum_under(laws: JointLaw, curve: SizeCurve, budget: float, batch_tokens: int,
+                  max_width: float = np.inf) -> dict[str, np.ndarray]:
     """(K,) per law of ``stacked`` ``laws``: its compute-optimal N, tokens and loss at ``budget`` and the
-    buildable model next to that optimum (``allocation.built_models``)."""
+    buildable model next to that optimum, no wider than ``max_width`` (``allocation.built_models``)."""
     widths = optimal_widths(laws, curve, budget)
     sizes = curve.sizes(widths[:, None])
     tokens = budget / sizes["F"]
     loss = laws.loss(sizes["N_once"], sizes["N_rec"], curve.r, tokens)[:, 0]
-    built = built_models(laws, curve, widths, budget, batch_tokens)
+    built = built_models(laws, curve, np.minimum(widths, max_width), budget, batch_tokens)
     return {"N": sizes["N"][:, 0], "tokens": tokens[:, 0], "loss": loss, **built}

@@ -16,17 +16,19 @@ import numpy as np
 from loopscale.model import JointLaw, tokens_for_budget
 
 from . import numbers
-from .allocation import allocation_table
+from .constrained import allocation_under, loop_wins_text
+from .constraints import Constraints, check
 from .fit_types import LawFit
-from .intervals import LawSpread, spread_of, with_intervals
+from .intervals import LawSpread, spread_of
 from .law_optimum import RunCosts, optimum_table
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve
 
 
 def check_requests(budgets: list[float], recurrences: list[int], width: int | None,
-                   template: dict[str, Any] | None, batch_tokens: int) -> None:
+                   template: dict[str, Any] | None, batch_tokens: int, constraints: Constraints | None = None) -> None:
     """A ValueError with one line when a (budget, r) cannot be answered: an r the template cannot loop, a width
-    that is not buildable, or a budget that buys no optimizer step (for the width, or for any width)."""
+    that is not buildable, a budget that buys no optimizer step (for the width, or for any width), or
+    ``constraints`` that no model of an r fits (``constrained.check``)."""
     for r in recurrences:
         curve = SizeCurve.from_model(r, template)
         if width is not None and width % curve.head_dim:
@@ -36,25 +38,32 @@ def check_requests(budgets: list[float], recurrences: list[int], width: int | No
                 where = f"width {width}" if width else f"any buildable width (the narrowest is {curve.head_dim})"
                 raise ValueError(f"budget {numbers.flops(budget)} FLOPs buys no optimizer step of {batch_tokens} "
                                  f"tokens at r={r} and {where}; use a larger budget")
+    if constraints is not None:
+        check(constraints, recurrences, template)
 
 
 def predict(law: LawFit | JointLaw, budget: float, r: int, *, width: int | None = None,
             template: dict[str, Any] | None = None, batch_tokens: int = PAPER_BATCH_TOKENS,
-            costs: RunCosts | None = None) -> dict[str, Any]:
+            costs: RunCosts | None = None, constraints: Constraints | None = None) -> dict[str, Any]:
     """The compute-optimal model at (``budget``, ``r``) (the ``allocation_table`` row with its ``_lo``/``_hi``
-    intervals), plus for ``width`` (``asked_width``): ``width_tokens``, ``width_N`` and ``width_loss`` with
-    ``width_loss_lo``/``_hi``; and ``note``, where the intervals come from. With ``costs`` (runs no template
-    builds) the row of ``law_optimum.optimum_table`` instead, and no width."""
+    intervals; its buildable model the best under ``constraints``, with their columns: analysis/constrained.py),
+    plus for ``width`` (``asked_width``): ``width_tokens``, ``width_N`` and ``width_loss`` with
+    ``width_loss_lo``/``_hi``; ``note``, where the intervals come from; ``constrained``, whether any constraint or
+    serving was asked. With ``costs`` (runs no template builds) the row of ``law_optimum.optimum_table`` instead,
+    with no width and no constraint."""
+    constraints = constraints or Constraints()
     spread, note = spread_of(law)
     if costs is not None:
         if width is not None:
             raise ValueError("a width needs a template that builds the runs' models")
+        if constraints != Constraints():
+            raise ValueError("a cap or serving cost needs a template that builds the runs' models")
         row = optimum_table(law, [budget], [r], costs=costs, spread=spread).iloc[0].to_dict()
-        return {**row, "note": note}
-    check_requests([budget], [r], width, template, batch_tokens)
-    row = with_intervals(allocation_table(law, [budget], [r], template=template, batch_tokens=batch_tokens),
-                         spread, template=template, batch_tokens=batch_tokens).iloc[0].to_dict()
-    row["note"] = note
+        return {**row, "note": note, "constrained": False}
+    check_requests([budget], [r], width, template, batch_tokens, constraints)
+    row = allocation_under(law, [budget], [r], constraints, spread, template=template,
+                           batch_tokens=batch_tokens).iloc[0].to_dict()
+    row["note"], row["constrained"] = note, constraints != Constraints()
     if width is not None:
         row.update(_at_width(law if isinstance(law, JointLaw) else law.law, spread, budget, r, width, template,
                              batch_tokens))
@@ -93,6 +102,15 @@ def prediction_lines(p: dict[str, Any], batch_tokens: int) -> list[str]:
                      f"{with_range(p['N_built'], 'N_built', numbers.count)}, D "
                      f"{with_range(p['tokens_built'], 'tokens_built', numbers.count)} tokens, loss "
                      f"{with_range(p['loss_built'], 'loss_built', numbers.loss)} nats")
+    if p["constrained"]:
+        lines.append(f"{'capped' if p['capped'] else 'not capped'}; to serve: {numbers.count(p['memory_bytes'])} "
+                     f"bytes (weights {numbers.count(p['weight_bytes'])}, KV cache {numbers.count(p['kv_bytes'])}), "
+                     f"{numbers.flops(p['forward_flops_per_token'])} FLOPs per token; training "
+                     f"{numbers.flops(p['flops_built'])} FLOPs, serving {numbers.flops(p['serving_flops'])}, "
+                     f"lifetime {numbers.flops(p['lifetime_flops'])}")
+    if int(p["r"]) > 1:
+        lines.append(f"r={int(p['r'])} " + loop_wins_text(p["loop_wins_below_N"], p["loop_wins_below_N_lo"],
+                                                         p["loop_wins_below_N_hi"]))
     if "width_loss" in p:
         lines.append(f"width {p['asked_width']}: N {numbers.count(p['width_N'])}, D {numbers.count(p['width_tokens'])} "
                      f"tokens (whole steps of {numbers.count(batch_tokens)}), loss "

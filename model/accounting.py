@@ -26,14 +26,30 @@ Counting follows Schwethelm et al. 2026 (docs/paper.md, "What is counted"):
   the lane update [M | beta] over [lanes; s]: K (K + 1) d; the paper's code counts the same (K^2 + 2K) d).
   Truncated backprop: each of the r - k
   forward-only recurrences costs 2 P (no backward) and 4 h q T per layer instead of 6 P and 12 h q T.
+
+Serving (``inference``), at a context length T_ctx, for the built-in:
+
+* forward FLOPs per token: the forward third of the training formula at T = T_ctx, every recurrence run::
+
+      F_fwd = 2 (P_prelude + P_coda + P_head + r (P_recur + P_inject)) + 4 h q T_ctx L_eff
+
+  (2 FLOPs per weight and token forward, Kaplan et al. 2020 Sec. 2.1; attention as the paper counts it, QK^T
+  and AV over the full context). A token generated at position t < T_ctx attends to t tokens and costs less;
+  F_fwd is the cost at a full context, an upper bound for every token of it.
+* KV-cache entries per token: 2 h q L_eff. Every block application computes its keys and values from its own
+  input, and a looped block's input changes with every recurrence, so the cache holds one K and one V per
+  application: per loop, r times those of a shared layer (no sharing across recurrences assumed; a design that
+  recomputes or shares them needs less). Bytes follow from the dtype (``DTYPE_BYTES``).
+* weights: every parameter, N + N_embed (embedding and LM head are held to serve, though not counted in N).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .config import LoopedConfig
-from .counts import Accounting
+from .counts import Accounting, InferenceCost
 
 
 @dataclass(frozen=True)
@@ -152,6 +168,42 @@ def flops_per_token(config: LoopedConfig) -> int:
     attention = (grad_layers * attention_flops_per_layer(config)
                  + nograd_layers * attention_flops_per_layer(config, backward=False))
     return matmul + attention
+
+
+# Bytes of one number in the dtypes a model is served in.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
+
+
+def inference(config: LoopedConfig, context: int | None = None) -> InferenceCost:
+    """THE serving counts of ``config`` at ``context`` tokens (default its seq_len): closed form for the built-in
+    LoopedLM (module docstring), measured for any other architecture."""
+    context = config.seq_len if context is None else context
+    if context < 1:
+        raise ValueError(f"context must be a positive number of tokens, got {context}")
+    if not config.builtin:
+        from .measured import measure_inference  # torch: only a user architecture pays for it
+
+        return measure_inference(config, context)
+    counts = account(config)
+    return InferenceCost(context=context, forward_flops_per_token=forward_flops_per_token(config, context),
+                         kv_entries_per_token=kv_entries_per_token(config),
+                         params=counts.N + counts.N_embed)
+
+
+def forward_flops_per_token(config: LoopedConfig, context: int) -> int:
+    """Forward FLOPs per token of LoopedLM at a context of ``context`` tokens, every recurrence run (inference)."""
+    _closed_form_only(config)
+    p = count_params(config)
+    head = p.lm_head + config.width  # LM head matrix + the final norm before it
+    matmul = 2 * (p.prelude + p.coda + head) + 2 * config.r * (p.recur + inject_matmul_params(config))
+    at_context = dataclasses.replace(config, seq_len=context)
+    return matmul + config.effective_depth * attention_flops_per_layer(at_context, backward=False)
+
+
+def kv_entries_per_token(config: LoopedConfig) -> int:
+    """Numbers LoopedLM's KV cache holds per token of context: K and V (h q each) per block application."""
+    _closed_form_only(config)
+    return 2 * config.n_heads * config.head_dim * config.effective_depth
 
 
 def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> int:

@@ -35,6 +35,12 @@ sequence of ``seq_len`` tokens:
   A total of 0 FLOPs (a module whose work is all element-wise) is refused too: budgets are spent in FLOPs.
   Backward is counted, not checked: a custom autograd function's backward in uncounted ops goes unseen.
 
+Serving counts (``measure_inference``): forward FLOPs per token are FlopCounterMode's count of one forward to the
+logits on ``context`` tokens (no backward), the module built with ``seq_len = context``; the KV cache holds, per
+token, the keys and values of every ``F.scaled_dot_product_attention`` call of that forward (their sizes, read
+as the call is made: grouped or shared keys count as the module computes them). Attention written without that
+function is not seen and counts no cache; weights are N + N_embed of ``measure``.
+
 Results are kept per process and, once ``cache_in`` named a folder (the sweep's cache_dir), as JSON under
 ``<cache>/architectures/``, keyed by the architecture's source fingerprint, its options and the config's shape.
 """
@@ -52,16 +58,18 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import architecture
-from .counts import Accounting
+from .counts import Accounting, InferenceCost
 from .config import LoopedConfig
 
 ROLES = ("once", "loop", "embed")
 _MEMO: dict[str, Accounting] = {}
+_SERVING: dict[str, InferenceCost] = {}  # measure_inference's, per process
 _CACHE: list[Path] = []  # the folder ``cache_in`` named, if any
 # The measuring code is part of the key: a count cached under an older role rule must not outlive the rule.
 _MEASURER = hashlib.sha256(Path(architecture.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
@@ -285,6 +293,38 @@ def training_flops(module: nn.Module, config: LoopedConfig, idx: torch.Tensor) -
         raise ValueError(f"architecture {name!r}: FlopCounterMode counts 0 FLOPs: its work is element-wise or "
                          f"in ops the FLOP counter does not count, and budgets are spent in FLOPs")
     return round(total / idx.numel()), _most_reads(recorder)
+
+
+def measure_inference(config: LoopedConfig, context: int) -> InferenceCost:
+    """The measured serving counts of ``config``'s architecture at ``context`` tokens (module docstring)."""
+    key = f"{cache_key(config)}-{context}"
+    if key not in _SERVING:
+        with torch.device("meta"):
+            module = architecture.build(dataclasses.replace(config, seq_len=context))
+            idx = torch.zeros(1, context, dtype=torch.long)
+        counter, cache = FlopCounterMode(display=False), _KeysAndValues()
+        with counter, cache, torch.no_grad():
+            call_forward(module, config.architecture, idx)
+        counts = measure(config)
+        _SERVING[key] = InferenceCost(context=context, forward_flops_per_token=round(counter.get_total_flops()
+                                                                                     / context),
+                                      kv_entries_per_token=cache.entries // context, params=counts.N + counts.N_embed)
+    return _SERVING[key]
+
+
+class _KeysAndValues(TorchFunctionMode):
+    """Counts the numbers in the keys and values of every ``F.scaled_dot_product_attention`` call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            named = dict(zip(("query", "key", "value"), args), **kwargs)
+            self.entries += named["key"].numel() + named["value"].numel()
+        return func(*args, **kwargs)
 
 
 def _write_whole(path: Path, text: str) -> None:
