@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from loopscale.analysis.store import eval_column
 from loopscale.objectives.trial import module_metrics
 
 
@@ -26,11 +27,6 @@ def parse_recurrences(text: str) -> list[int]:
     if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
         raise ValueError(f"--r must list distinct whole recurrence counts >= 1, like 1,2,4,8; got {text!r}")
     return values
-
-
-def loss_key(r: int) -> str:
-    """The metric of a kept model's validation loss at ``r`` recurrences."""
-    return f"val_loss_r{r}"
 
 
 @dataclass
@@ -83,7 +79,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
                 entry.refused[r] = str(exc)
                 continue
             entry.losses[r] = validation_loss(module, model.trial, device)
-            metrics[loss_key(r)] = entry.losses[r]
+            metrics[eval_column(r)] = entry.losses[r]
             metrics.update({f"{key}_r{r}": value for key, value in module_metrics(module).items()})
         now = int(time.time() * 1000)
         step = int(run.data.metrics.get("steps", 0))
@@ -94,7 +90,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
 
 def render(evaluated: list[Evaluated], recurrences: list[int]) -> list[str]:
     """One line per kept model: its run, trained r, and the loss at each r_eval ("-" where it could not run)."""
-    head = f"{'run':<32} {'cell':<18} {'r':>3} " + " ".join(f"{loss_key(r):>12}" for r in recurrences)
+    head = f"{'run':<32} {'cell':<18} {'r':>3} " + " ".join(f"{eval_column(r):>12}" for r in recurrences)
     lines = [head]
     for e in evaluated:
         cells = [f"{e.losses[r]:>12.4f}" if r in e.losses else f"{'-':>12}" for r in recurrences]

@@ -1,10 +1,12 @@
 """Kept models (``[resources] keep_models``): the key, which trials a stage keeps, the model file of a trained
-trial rebuilt at its own and at other recurrence counts, on real training (CPU, tiny shapes, the embedded KJV)."""
+trial rebuilt at its own and at other recurrence counts, on real training (CPU, tiny shapes, the embedded KJV); a
+tiny real sweep kept, reloaded and evaluated at other r through the CLI; the analysis of those evaluations."""
 
 from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from loopscale.objectives import TrialConfig, train
@@ -164,7 +166,9 @@ def test_a_sweep_keeps_each_cells_best_model_which_reloads_and_evaluates_at_ever
     import ray
     from mlflow.tracking import MlflowClient
 
-    from loopscale import load_model
+    from loopscale import load_model, load_runs
+    from loopscale.analysis.depth import depth_table, depth_text
+    from loopscale.analysis.plots import depth_figure
     from loopscale.model import account
     from loopscale.search.cli import main
     from loopscale.search.tracking import KEPT_TAG
@@ -208,5 +212,79 @@ def test_a_sweep_keeps_each_cells_best_model_which_reloads_and_evaluates_at_ever
                                         "transformer: injection must be 'none'"]
     assert best.info.run_name[:32] in out
 
+    # analyze's table and figure of the evaluations, from the runs table read back from MLflow
+    depth = depth_table(load_runs(spec.name, spec.placement.tracking_uri))
+    assert list(depth["r_eval"]) == [2, 3, 4, 8] and set(depth["run_id"]) == {best.info.run_id}
+    assert depth.loc[depth["r_eval"] == 2, "gain"].abs().max() < 1e-6
+    assert list(depth["gain"]) == [metrics["val_loss"] - metrics[f"val_loss_r{r}"] for r in (2, 3, 4, 8)]
+    assert depth_text(depth).startswith("1 kept models evaluated at other r") and "r=2 at 8: " in depth_text(depth)
+    assert len(depth_figure(depth).axes[0].lines) == 1
+
     assert main(["evaluate", spec.name, "--r", "2,x", "--tracking-uri", spec.placement.tracking_uri]) == 2
     assert "--r must list distinct whole recurrence counts" in capsys.readouterr().err
+
+
+def test_analyze_tabulates_and_plots_the_evaluations_at_other_r(tmp_path, capsys):
+    from loopscale.search.cli import main
+    from test_analysis_sim import paper_runs
+
+    runs = paper_runs(noise=0.01)
+    evaluated = runs[runs["r"] == 2].groupby("budget_flops")["val_loss"].idxmin()  # each r = 2 cell's best
+    for r_eval, shift in ((2, 0.0), (4, 0.03), (8, -0.02)):
+        runs.loc[evaluated, f"val_loss_r{r_eval}"] = runs.loc[evaluated, "val_loss"] - shift
+    runs.to_csv(tmp_path / "sweep.csv", index=False)
+    out = tmp_path / "out"
+    assert main(["analyze", "--experiment", str(tmp_path / "sweep.csv"), "--out", str(out), "--n-starts", "20",
+                 "--n-bootstrap", "10"]) == 0
+    table = pd.read_csv(out / "tables" / "depth_eval.csv")
+    assert len(table) == 3 * len(evaluated) and set(table["r"]) == {2}
+    assert table.groupby("r_eval")["gain"].mean().round(9).to_dict() == {2: 0.0, 4: 0.03, 8: -0.02}
+    assert (out / "plots" / "loss_vs_r_eval.png").is_file()
+    assert f"mean gain over the trained r in nats (models): r=2 at 4: +0.0300 ({len(evaluated)}), r=2 at 8: -0.0200" \
+        in " ".join(capsys.readouterr().out.split())
+
+
+def test_keeping_survives_a_crash_between_upload_and_delete_with_one_copy(tmp_path):
+    """The driver's half against a real sqlite store: the kept file uploaded, every file then deleted; a crash
+    before the delete (the files still there) uploads again to the same artifact path; a resume after the
+    delete finds nothing to do and loses nothing."""
+    from mlflow.tracking import MlflowClient
+
+    from loopscale.search.tracking import KEPT_TAG, open_sweep
+    from loopscale.search.tune.keep import keep_models
+    from loopscale.search.tune.receipts import model_file
+    from test_search_tracking import config, tracker
+
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    logger = tracker(spec, experiment_id, parent)
+    folder = str(tmp_path / "models")
+    results = []
+    for n, loss in ((1, 3.0), (2, 2.5)):
+        key = f"search/a/{n}"
+        trial = config(n + 1)
+        logger.start(key, {"stage": "search", "cell": "a"}, trial)
+        logger.finish(key, {"val_loss": loss, "steps": 7, "tokens": 3584, "status": "ok", "reason": ""})
+        results.append({"trial_key": key, "cell": "a", "val_loss": loss, "status": "ok", "trial": trial.to_params()})
+
+    def write_files() -> None:
+        for r in results:
+            model_file(folder, r["trial_key"], r["trial"]).write_bytes(f"weights of {r['trial_key']}".encode())
+
+    def kept() -> dict[str, list]:
+        client = MlflowClient(spec.placement.tracking_uri)
+        out = {}
+        for run in client.search_runs([experiment_id], "tags.`loopscale.kind` = 'trial'"):
+            out[run.data.tags["trial_key"]] = [(a.path, a.file_size) for a in client.list_artifacts(run.info.run_id)]
+            assert bool(run.data.tags.get(KEPT_TAG)) == bool(out[run.data.tags["trial_key"]])
+        return out
+
+    write_files()
+    assert keep_models(logger, results, folder, "best") == 1
+    uploaded = {"search/a/1": [], "search/a/2": [("model.pt", len(b"weights of search/a/2"))]}
+    assert kept() == uploaded and not list((tmp_path / "models").iterdir())
+    write_files()  # a crash after the upload, before the delete: the files are all still there
+    assert keep_models(logger, results, folder, "best") == 1
+    assert kept() == uploaded and not list((tmp_path / "models").iterdir())
+    assert keep_models(logger, results, folder, "best") == 0  # resumed after the delete: nothing left to do
+    assert kept() == uploaded
