@@ -50,7 +50,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
     from mlflow.tracking import MlflowClient
 
     from loopscale.analysis.store import check_store, iter_runs, resolve_tracking_uri, runs_query
-
+    from loopscale.model.architecture import factory
     from loopscale.objectives.training import validation_loss
 
     from .models import load_model
@@ -66,6 +66,10 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
     if not kept:
         raise ValueError(f"experiment {experiment!r} holds no kept models: its sweep ran with [resources] keep_models "
                          "= \"none\", or before models were kept")
+    for run in kept:  # an architecture that no longer loads here: one line before any evaluation
+        name = run.data.params.get("template.architecture")
+        if name:
+            factory(name)
     done = []
     for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
         model = load_model(run, uri)

@@ -22,7 +22,7 @@ from loopscale.analysis.store import resolve_tracking_uri
 from loopscale.analysis.tracking import PROGRESS_BAR
 from loopscale.model import LoopedConfig
 from loopscale.objectives import TrialConfig
-from loopscale.objectives.kept import config_at, read_kept, rebuild
+from loopscale.objectives.kept import read_kept, rebuild
 from loopscale.objectives.training import validation_loss
 
 from .tracking import KEPT_TAG
@@ -50,9 +50,6 @@ class KeptModel:
     def validation_loss(self, r: int | None = None, device: str = "cpu") -> float:
         """Mean cross-entropy (nats per token) on the trial's validation rows, at ``r`` (None: as trained)."""
         return validation_loss(self.at(self.trial.r if r is None else r), self.trial, device)
-
-    def config_at(self, r: int) -> LoopedConfig:
-        return config_at(self.trial, r)
 
 
 def load_model(run: Any, tracking_uri: str | None = None) -> KeptModel:

@@ -288,3 +288,24 @@ def test_keeping_survives_a_crash_between_upload_and_delete_with_one_copy(tmp_pa
     assert kept() == uploaded and not list((tmp_path / "models").iterdir())
     assert keep_models(logger, results, folder, "best") == 0  # resumed after the delete: nothing left to do
     assert kept() == uploaded
+
+
+def test_evaluate_refuses_bad_input_in_one_line_before_any_work(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from loopscale.search.cli import main
+    from loopscale.search.tracking import KEPT_TAG
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("gone")
+    run = client.create_run(experiment, tags={"loopscale.kind": "trial", KEPT_TAG: "model.pt"})
+    client.log_param(run.info.run_id, "template.architecture", f"{tmp_path}/gone.py:build")
+    capsys.readouterr()  # MLflow's own lines as it creates the store
+    for argv, message in ((["gone", "--r", "0,2"], "--r must list distinct whole recurrence counts >= 1"),
+                          (["missing", "--r", "2"], "no experiment 'missing' in the MLflow store"),
+                          (["gone", "--r", "2"], f"architecture '{tmp_path}/gone.py:build'")):
+        assert main(["evaluate", *argv, "--tracking-uri", uri]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert client.get_run(run.info.run_id).data.metrics == {}
