@@ -224,6 +224,9 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
                    help="recurrence counts to evaluate at, e.g. 1,2,4,8,16")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--device", default="cpu", help="torch device to evaluate on (default cpu; auto: CUDA if any)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads on a CPU (default 0: torch's default, every core; on cores other jobs share, "
+                        "1 avoids oversubscription and was 12x faster in docs/log.md's run)")
     p.set_defaults(func=_evaluate)
 
 
@@ -231,7 +234,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_kept, parse_recurrences, refusals, render
 
     recurrences = parse_recurrences(args.recurrences)
-    evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device)
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
+    evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
     for line in refusals(evaluated):
         print(f"loopscale: {line}", file=sys.stderr)
     print("\n".join(render(evaluated, recurrences)))

@@ -43,9 +43,11 @@ class Evaluated:
 
 
 def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
-                  device: str = "cpu") -> list[Evaluated]:
+                  device: str = "cpu", threads: int = 0) -> list[Evaluated]:
     """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and log the metrics to its run
-    (module docstring); ValueError in one line, before any evaluation, for an experiment without kept models."""
+    (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
+    evaluation, for an experiment without kept models or an architecture that no longer loads."""
+    import torch
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
@@ -70,6 +72,8 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
         name = run.data.params.get("template.architecture")
         if name:
             factory(name)
+    if threads:
+        torch.set_num_threads(threads)
     done = []
     for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
         model = load_model(run, uri)
