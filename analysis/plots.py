@@ -6,6 +6,7 @@ frontier_figure     loss against training FLOPs, the Pareto frontier per r and t
 law_figure          the law's L*(C) and N*(C) per r against the per-cell IsoFLOP optima
 residual_figure     observed minus predicted loss of every fitted run
 phi_figure          the bootstrap distribution of phi with the point estimate and interval
+depth_figure        kept models' loss against the recurrences they were evaluated at, the trained r marked
 """
 
 from __future__ import annotations
@@ -213,4 +214,28 @@ def phi_figure(fit: LawFit) -> Figure:
     ax.set_title(f"{fit.interval.capitalize()} bootstrap of phi ({fit.n_cells} cells): {fit.n_bootstrap} resamples, "
                  f"{100 * fit.confidence:.0f}% CI {fit.phi_ci[0]:.3f} to {fit.phi_ci[1]:.3f}", fontsize=9)
     ax.legend()
+    return fig
+
+
+def depth_figure(depth: pd.DataFrame) -> Figure:
+    """Per evaluated kept model (analysis/depth.py: one per cell with keep_models = "best"), its validation loss
+    against r_eval, the loss at its trained r (its trial's) marked by a star."""
+    fig = _figure()
+    ax = fig.subplots()
+    for i, (run_id, mine) in enumerate(depth.groupby("run_id", sort=False)):
+        first = mine.iloc[0]
+        label = f"C={_flops_tick(first['budget_flops'])} r={first['r']} d={first['width']:.0f}"
+        if first["stage"] != "search":
+            label = f"{first['stage']} {label}"
+        ax.plot(mine["r_eval"], mine["val_loss_r_eval"], marker="o", ms=4, color=_color(i), lw=1.2, label=label)
+        ax.scatter([first["r"]], [first["val_loss"]], marker="*", s=140, color=_color(i), edgecolor="black",
+                   lw=0.5, zorder=3)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({*depth["r_eval"], *depth["r"]})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("recurrences at evaluation (r_eval)")
+    ax.set_ylabel("validation loss (nats)")
+    ax.set_title("Kept models at other recurrence counts (star: the r trained at)")
+    ax.legend(fontsize=8)
     return fig

@@ -24,6 +24,7 @@ from . import numbers
 from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
+from .depth import depth_table, depth_text
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
@@ -34,7 +35,7 @@ from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
-from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
+from .plots import depth_figure, frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
 from .runs import excluded_runs, exclusions, template_of, usable_runs
 from .sizes import SizeCurve
@@ -107,6 +108,9 @@ class Analysis:
                          + ", ".join(f"r={r} {numbers.loss(lo)} to {numbers.loss(hi)}" for r, (lo, hi) in gaps.items()))
         if self.backtest is not None:
             lines.append(self.backtest.text())
+        depth = self.tables.get("depth_eval", pd.DataFrame())
+        if not depth.empty:
+            lines.append(depth_text(depth))
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
         if spent is not None:
@@ -160,6 +164,8 @@ class Analysis:
                    "residuals": residual_figure(fit_rows(self.runs, self.options), self.suite.joint),
                    "phi_bootstrap": phi_figure(self.suite.joint)}
         figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
+        if not self.tables.get("depth_eval", pd.DataFrame()).empty:
+            figures["loss_vs_r_eval"] = depth_figure(self.tables["depth_eval"])
         return figures
 
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -298,6 +304,9 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
         tables["allocation_buildable"] = buildable(a.allocation)
     if a.backtest is not None:
         tables["backtest"] = a.backtest.cells
+    depth = depth_table(a.runs)
+    if not depth.empty:
+        tables["depth_eval"] = depth
     return tables
 
 

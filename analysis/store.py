@@ -49,6 +49,16 @@ PAGE_SIZE = 1000
 # the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
 # objectives): the trial run's metrics in the store, the runs table's columns after reading
 BRANCH_COLUMN = re.compile(r"^branch(\d+)\.(budget_flops|tokens|steps|flops_spent|val_loss|cost_flops)$")
+# A kept model's validation loss at r_eval recurrences (``loopscale evaluate``, search/evaluate.py): the metric on its
+# trial run, and the runs table's column (analysis/depth.py)
+EVAL_COLUMN = re.compile(r"^val_loss_r(\d+)$")
+
+
+def eval_column(r_eval: int) -> str:
+    """The metric (and column) of a kept model's validation loss at ``r_eval`` recurrences."""
+    return f"val_loss_r{r_eval}"
+
+
 # A factory's options are one param, their JSON, so that their types survive the store (a param is a string,
 # and ``1.0`` or ``"1"`` flattened as text read back as the int 1): written by search/tracking.py, read by
 # analysis/runs.py. An older version logged them flat, as ``template.options.<name>`` = str(value).

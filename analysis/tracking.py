@@ -23,8 +23,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
-from .store import (BRANCH_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact, resolve_tracking_uri,
-                    runs_query)
+from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact,
+                    resolve_tracking_uri, runs_query)
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
@@ -124,6 +124,7 @@ def _row(run, experiment: str) -> dict[str, Any]:
         row["status"], row["reason"] = "failed", f"no status tag and no val_loss (MLflow run {run.info.status})"
     row.update({k: v for k, v in params.items() if k.startswith("template.")})
     row.update({k: v for k, v in metrics.items() if BRANCH_COLUMN.match(k)})  # warmdown branches (runs.py)
+    row.update({k: v for k, v in metrics.items() if EVAL_COLUMN.match(k)})  # evaluations at other r (depth.py)
     return row
 
 

@@ -14,7 +14,7 @@ _EXPORTS = {
     "LoopedConfig": "model", "LoopedLM": "model", "count_params": "model", "flops_per_token": "model",
     "tokens_for_budget": "model", "JointLaw": "model", "PAPER_LAW": "model",
     "train": "objectives", "simulate": "objectives",
-    "SweepSpec": "search",
+    "SweepSpec": "search", "load_model": "search",
     "load_runs": "analysis", "fit_joint_law": "analysis", "allocation_table": "analysis", "LawFit": "analysis",
 }
 

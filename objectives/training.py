@@ -69,9 +69,11 @@ from .peak import device_peak_flops
 from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
 from .checkpoint import Checkpointing, rng_state, set_rng_state
-from .trial import TrialConfig, accounting_metrics
+from .kept import kept_bytes
+from .trial import TrialConfig, accounting_metrics, module_metrics
 
 Report = Callable[[dict[str, Any]], None]
+Keep = Callable[[bytes], None]
 
 
 def trial_data(trial: TrialConfig, config: LoopedConfig) -> Batches:
@@ -87,10 +89,11 @@ def trial_data(trial: TrialConfig, config: LoopedConfig) -> Batches:
 
 
 def train(trial: TrialConfig, report: Report | None = None,
-          checkpoint: Checkpointing | None = None) -> dict[str, Any]:
+          checkpoint: Checkpointing | None = None, keep: Keep | None = None) -> dict[str, Any]:
     """Train the trial's model to its FLOP budget and return ``METRIC_KEYS`` (module docstring); with
     ``checkpoint``, from its latest saved state where it has one, and saving one every ``period_s`` seconds
-    (objectives/checkpoint.py)."""
+    (objectives/checkpoint.py); with ``keep``, hand it the trained model's file (objectives/kept.py) once the
+    trial ends "ok", before returning (so a trial's receipt, written after, implies its model is saved)."""
     started = time.perf_counter()
     config = trial.model_config
     recipe = normalize_recipe(trial.recipe)
@@ -133,6 +136,9 @@ def train(trial: TrialConfig, report: Report | None = None,
     val_loss = float("nan") if reason else evaluate(step_model, packed, device, recipe["bf16"], micro_rows, group)
     if not reason and not math.isfinite(val_loss):
         reason = f"validation loss {val_loss} after step {steps_done}"
+    measured = {} if reason else module_metrics(model)
+    if keep is not None and not reason:
+        keep(kept_bytes(model, trial))
     peak = device_peak_flops(device) * group.world
     bytes_per_token = packed.meta["bytes_per_token"]
     return {
@@ -150,6 +156,7 @@ def train(trial: TrialConfig, report: Report | None = None,
         "reason": reason,
         **branch_metrics(outcome["branches"], plan["flops_per_token"], batch_tokens),
         **outcome["resumed"],
+        **measured,
     }
 
 
@@ -274,6 +281,18 @@ def evaluate(model: torch.nn.Module, packed: PackedData, device: torch.device, b
         with runtime.autocast(device, bf16):
             total += model(chunk[:, :-1], chunk[:, 1:]).double() * len(chunk)
     return float(group.sum(total).item() / len(packed.val))
+
+
+def validation_loss(model: torch.nn.Module, trial: TrialConfig, device: str = "auto") -> float:
+    """``evaluate`` of a trained ``model`` on the validation rows of ``trial``'s data, with the trial's
+    precision and micro-batch rows, as ``train`` ends: a kept model reloaded (objectives/kept.py) reproduces its
+    trial's ``val_loss``, and evaluations at other recurrence counts are measured the same way."""
+    recipe = normalize_recipe(trial.recipe)
+    config = trial.model_config
+    target = runtime.pick_device(device)
+    packed = trial_data(trial, config).packed
+    rows = _micro_rows(recipe, trial.batch_tokens, config.seq_len)
+    return evaluate(model.to(target), packed, target, recipe["bf16"], rows)
 
 
 def _micro_rows(recipe: dict[str, Any], batch_tokens: int, seq_len: int) -> int:

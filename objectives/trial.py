@@ -23,10 +23,11 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
                           train only (see objectives.train)
 
 Both objectives return a dict with ``METRIC_KEYS`` (and nothing else, but for a training trial with warmdown
-branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/training.py): ``val_loss`` in nats per token, ``val_bpb`` bits
-per byte (NaN where it does not apply: simulated trials, synthetic data), ``status`` "ok" | "diverged" and
-``reason`` ("" when ok). A training trial resumed from a checkpoint (objectives/checkpoint.py) also returns
-``RESUME_KEYS``, and marks its progress reports with them.
+branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/training.py; and
+for a module with ``loopscale_metrics()``: ``module.<name>``, ``module_metrics``): ``val_loss`` in nats per
+token, ``val_bpb`` bits per byte (NaN where it does not apply: simulated trials, synthetic data), ``status``
+"ok" | "diverged" and ``reason`` ("" when ok). A training trial resumed from a checkpoint
+(objectives/checkpoint.py) also returns ``RESUME_KEYS``, and marks its progress reports with them.
 """
 
 from __future__ import annotations
@@ -165,8 +166,36 @@ METRIC_KEYS = (
 BRANCH_KEYS = ("budget_flops", "tokens", "steps", "flops_spent", "val_loss", "cost_flops")
 BRANCH_PREFIX = "branch"
 
+# A trained trial's model file (objectives/kept.py): its artifact's name on the trial's MLflow run, and the end of
+# the name of the trial's own copy until the driver keeps it (search/tune/keep.py)
+MODEL_FILE = "model.pt"
+
 # A trial resumed from a checkpoint: how many times it was, and the step its last resume started from.
 RESUME_KEYS = ("resumes", "resumed_from_step")
+
+
+# A module's own measurements (``loopscale_metrics()``, docs/own_architecture.md), logged at every evaluation
+MODULE_PREFIX = "module."
+
+
+def module_metrics(module: Any) -> dict[str, float]:
+    """``module.<name>`` of each value of the module's optional ``loopscale_metrics()`` (floats, or anything
+    ``float`` takes: a 0-d tensor); {} for a module without it. A value that is no number is a ValueError line
+    naming it."""
+    measure = getattr(module, "loopscale_metrics", None)
+    if measure is None:
+        return {}
+    out = {}
+    for key, value in measure().items():
+        try:
+            out[f"{MODULE_PREFIX}{key}"] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"loopscale_metrics() must return numbers, got {value!r} for {key!r}") from None
+    return out
+
+
+def is_module_key(key: str) -> bool:
+    return key.startswith(MODULE_PREFIX)
 
 
 def branch_key(index: int, name: str) -> str:

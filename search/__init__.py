@@ -6,5 +6,5 @@ imports this package before torch, so that its signal handlers are in place befo
 
 from loopscale.model.lazy import on_first_use
 
-__all__ = ["SweepSpec"]
-__getattr__, __dir__ = on_first_use(__name__, {"SweepSpec": "spec"})
+__all__ = ["SweepSpec", "load_model"]
+__getattr__, __dir__ = on_first_use(__name__, {"SweepSpec": "spec", "load_model": "models"})

@@ -211,6 +211,38 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "evaluate", help="evaluate a sweep's kept models at other recurrence counts; logs val_loss_r<k> to their runs",
+        description="Reload every kept model of the sweep ([resources] keep_models), run its trained shared block "
+                    "r_eval times for each r_eval of --r, measure the loss on the sweep's validation rows exactly "
+                    "as its trial did, and log it to the trial's run as val_loss_r<r_eval>; `loopscale analyze` "
+                    "then plots loss against r_eval per cell. An architecture that cannot run an r says so in "
+                    "one line.")
+    p.add_argument("experiment", help="the sweep's name (its MLflow experiment)")
+    p.add_argument("--r", required=True, dest="recurrences", metavar="R1,R2,...",
+                   help="recurrence counts to evaluate at, e.g. 1,2,4,8,16")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
+    p.add_argument("--device", default="cpu", help="torch device to evaluate on (default cpu; auto: CUDA if any)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads on a CPU (default 0: torch's default, every core; on cores other jobs share, "
+                        "1 avoids oversubscription and was 12x faster in docs/log.md's run)")
+    p.set_defaults(func=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate_kept, parse_recurrences, refusals, render
+
+    recurrences = parse_recurrences(args.recurrences)
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
+    evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
+    for line in refusals(evaluated):
+        print(f"loopscale: {line}", file=sys.stderr)
+    print("\n".join(render(evaluated, recurrences)))
+    return 0
+
+
 def add_demo(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo", help="the whole study on this machine: the demo sweep (real CPU training), analysis, tables",
@@ -233,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     from loopscale.analysis.cli import register as add_analysis  # analyze, export and compare
 
     subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_check_arch, add_tokenizer,
-                                                                       add_search, add_status, add_analysis, add_ui,
-                                                                       add_demo]
+                                                                       add_search, add_status, add_analysis,
+                                                                       add_evaluate, add_ui, add_demo]
     parser = argparse.ArgumentParser(
         prog="loopscale",
         description="Find compute-optimal looped language models: sweep (FLOP budget, recurrences) cells with "

@@ -45,7 +45,8 @@ Layout (every key optional unless marked)::
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
     [resources]   # cpus, gpus per trial (per worker); workers per trial (data-parallel); max_concurrent; retries;
                   # checkpoint_s: seconds of training between a trial's checkpoints (default 1800; 0 = none),
-                  # from which a killed trial resumes exactly (objectives/checkpoint.py)
+                  # from which a killed trial resumes exactly (objectives/checkpoint.py); keep_models: "best"
+                  # (default: each cell's best trial), "all" or "none", the trained weights MLflow keeps
 """
 
 from __future__ import annotations

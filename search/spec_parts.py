@@ -33,6 +33,7 @@ MAX_CELLS = 256  # budgets x recurrences, ten times the paper's 6 x 4: each cell
 RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_UNIT_SCALING = 10,000)
 LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 DEFAULT_CHECKPOINT_S = 1800  # a trial's checkpoint every 30 minutes of training: a kill loses at most that
+KEEP_MODELS = ("best", "all", "none")  # [resources] keep_models: the best trial of each cell, every trial, none
 PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
 
 
@@ -309,6 +310,7 @@ class Placement:
     max_concurrent: int | None = field(metadata=PLACEMENT)
     retries: int = field(metadata=PLACEMENT)
     checkpoint_s: float = field(metadata=PLACEMENT)  # seconds of training between a trial's checkpoints; 0 = none
+    keep_models: str = field(metadata=PLACEMENT)  # whose trained weights MLflow keeps (search/tune/keep.py)
     tracking_uri: str = field(metadata=PLACEMENT)
     storage: str = field(metadata=PLACEMENT)
     cache_dir: str = field(metadata=PLACEMENT)
@@ -318,7 +320,7 @@ class Placement:
     def parse_resources(cls, t: Table) -> dict[str, Any]:
         """``[resources]``, checked; the stores follow in ``parse`` (their keys are read after the others')."""
         res = Table(t.table("resources"), "[resources]", ("cpus", "gpus", "workers", "max_concurrent", "retries",
-                                                          "checkpoint_s"))
+                                                          "checkpoint_s", "keep_models"))
         cpus, gpus = res.number("cpus", default=1), res.number("gpus", default=0)
         require(cpus > 0 and gpus >= 0, f"[resources] needs cpus > 0 and gpus >= 0, got cpus={cpus}, gpus={gpus}")
         for key, amount in (("cpus", cpus), ("gpus", gpus)):  # Ray refuses finer amounts once it runs the trial
@@ -334,8 +336,12 @@ class Placement:
         checkpoint_s = res.number("checkpoint_s", default=DEFAULT_CHECKPOINT_S)
         require(checkpoint_s >= 0, f"[resources] checkpoint_s must be >= 0 seconds (0 = no checkpoints), got "
                                    f"{checkpoint_s}")
+        keep_models = res.str("keep_models", default="best")
+        require(keep_models in KEEP_MODELS, f"[resources] keep_models must be one of "
+                                            f"{', '.join(repr(k) for k in KEEP_MODELS)}, got {keep_models!r}")
         return {"cpus_per_trial": float(cpus), "gpus_per_trial": float(gpus), "workers": workers,
-                "max_concurrent": max_concurrent, "retries": retries, "checkpoint_s": float(checkpoint_s)}
+                "max_concurrent": max_concurrent, "retries": retries, "checkpoint_s": float(checkpoint_s),
+                "keep_models": keep_models}
 
     @classmethod
     def parse(cls, t: Table, resources: dict[str, Any]) -> "Placement":

@@ -10,7 +10,9 @@ Layout (``analysis`` reads exactly this):
   config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every numeric metric of the trial's
   final result at step = its optimizer steps, plus the ``train_loss`` curve. A trial whose receipt a full
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
-  for ``--resume`` to write it back (``tune.receipts.restore_receipts``).
+  for ``--resume`` to write it back (``tune.receipts.restore_receipts``). A trial whose trained model is kept
+  (``[resources] keep_models``, search/tune/keep.py) holds it as the artifact ``model.pt``, tagged
+  ``loopscale.model``.
 
 Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial, under the one
 sweep run of the store it logs to (``TrialTracker.open``): a trial whose run already FINISHED (or FAILED) is
@@ -52,7 +54,7 @@ from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 from loopscale.analysis.store import (KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs, redact,
                                       runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
-from loopscale.objectives.trial import is_branch_key
+from loopscale.objectives.trial import is_branch_key, is_module_key
 
 from .spec import SweepSpec
 from .stopping import StoreFailure
@@ -64,6 +66,7 @@ from .ui import VIEW_TAG, loss_tag, runs_view, view_tags
 PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
 RECEIPT_TAG = "loopscale.receipt"  # + ".<i>": the pieces of a receipt the disk refused (TrialTracker.finish)
+KEPT_TAG = "loopscale.model"  # a trial run that holds its trained model: the artifact's path (loopscale.load_model)
 RESUMED_TAG = "loopscale.resumed_from_step"  # the step a checkpointed trial's last resume started from
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
@@ -406,7 +409,8 @@ class TrialTracker:
         held = max(entry.reached, self._last_step(entry.run_id) if entry.again else 0)
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS
                         if _finite(result.get(k)) and not (k in CURVE_KEYS and step <= held)]
-        entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
+        entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items()
+                        if (is_branch_key(k) or is_module_key(k)) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):
             batch = int(result["tokens"]) // step
@@ -445,6 +449,13 @@ class TrialTracker:
     def logged(self) -> set[str]:
         """Trial keys whose run has ended, FINISHED or FAILED (after ``open``, with what this tracker logged)."""
         return set(self._done)
+
+    def keep_model(self, key: str, path: str) -> None:
+        """Upload a finished trial's model file ``path`` as its run's artifact (replacing one uploaded before
+        under the same name) and tag the run ``KEPT_TAG`` with the artifact's path (search/tune/keep.py)."""
+        run_id = self._done[key][0]
+        self._client.log_artifact(run_id, path)
+        self._client.set_tag(run_id, KEPT_TAG, Path(path).name)
 
     def carried_receipts(self, prefix: str = "") -> list[str]:
         """The receipts the FINISHED runs read by ``open`` carry (``finish``), of trial keys starting with

@@ -11,6 +11,7 @@ from loopscale.model import account, iso_depth_template, tokens_for_budget
 
 from ..spec import Cell, SweepSpec
 from .flops import flops_estimate, gpu_hours_estimate
+from .kept import kept_bytes_range
 from .walltime import Estimate, Throughput, cpus, estimate
 
 def _sizes(spec: SweepSpec, cell: Cell, s: float) -> tuple[int, int, int, int, int]:
@@ -130,6 +131,9 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = F
         lines.append(CELL_HEADER if trains else CELL_HEADER.removesuffix("lr").rstrip())
         lines += [cell_line(spec, cell) for cell in spec.cells()]
     lines.append(flops_estimate(spec))
+    kept = kept_line(spec)
+    if kept:
+        lines.append(kept)
     gpu = gpu_hours_estimate(spec)
     if gpu:
         lines.append(gpu)
@@ -141,6 +145,20 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = F
                      f"({throughput.device}, timed at {throughput.shape})")
     lines += render_estimate(spec, estimate(spec, throughput))
     return numbers.wrap("\n".join(lines))
+
+
+def kept_line(spec: SweepSpec) -> str:
+    """What keeping the trained models costs in MLflow's artifact store ("" when none are kept)."""
+    models, low, high = kept_bytes_range(spec)
+    if not models:
+        return ""
+    which = "each cell's best trial" if spec.placement.keep_models == "best" else "every trial that ends ok"
+    return (f"kept models ([resources] keep_models = {spec.placement.keep_models!r}: {which}): up to {models}, "
+            f"{numbers.span(low, high, _bytes)} of fp32 weights in MLflow (narrowest to widest widths)")
+
+
+def _bytes(value: float) -> str:
+    return f"{numbers.sig(value / 1e6)} MB"
 
 
 def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:

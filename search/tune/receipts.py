@@ -11,39 +11,35 @@ from typing import Any
 
 import pyarrow.fs
 
+from loopscale.objectives.trial import MODEL_FILE
+
 from ..stopping import StoreFailure
 
 
-class JsonFile:
-    """One JSON document at a local path or an object-storage URI, written whole: to a temporary file, then
-    renamed into place, so a kill in the middle leaves the previous document (or none), never half of one."""
+class WholeFile:
+    """One file at a local path or an object-storage URI, written whole: to a temporary file, then renamed into
+    place, so a kill in the middle leaves the previous content (or none), never half of it."""
 
     def __init__(self, uri: str):
         self.path = uri
         self._fs, self._file = pyarrow.fs.FileSystem.from_uri(uri)
 
-    def load(self) -> dict[str, Any] | None:
-        """The document, or None when there is none. One that does not parse (written by hand, or cut short
-        by a version that wrote in place) raises ValueError naming the file."""
-        if self._fs.get_file_info(self._file).type == pyarrow.fs.FileType.NotFound:
+    def exists(self) -> bool:
+        return self._fs.get_file_info(self._file).type != pyarrow.fs.FileType.NotFound
+
+    def read_bytes(self) -> bytes | None:
+        """The content, or None when there is no file."""
+        if not self.exists():
             return None
         with self._fs.open_input_stream(self._file) as f:
-            text = f.read().decode(errors="replace")
-        try:
-            return json.loads(text)
-        except ValueError:
-            raise ValueError(f"{self.path} is not a readable JSON document; remove it") from None
+            return f.read()
 
-    def save(self, data: dict[str, Any]) -> None:
-        self.write(json.dumps(data))
-
-    def write(self, text: str) -> None:
-        """The document ``text``, written whole."""
+    def write_bytes(self, data: bytes) -> None:
         self._fs.create_dir(self._file.rsplit("/", 1)[0], recursive=True)
         partial = f"{self._file}.{os.getpid()}.partial"
         try:
             with self._fs.open_output_stream(partial) as f:
-                f.write(text.encode())
+                f.write(data)
             self._fs.move(partial, self._file)
         except BaseException:  # a full disk, or a kill: no half-written file left behind
             try:
@@ -52,12 +48,47 @@ class JsonFile:
                 pass
             raise
 
+    def delete(self) -> None:
+        """Remove the file; none there is fine."""
+        try:
+            self._fs.delete_file(self._file)
+        except FileNotFoundError:
+            pass
+
+
+class JsonFile(WholeFile):
+    """One JSON document, written whole (``WholeFile``)."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The document, or None when there is none. One that does not parse (written by hand, or cut short
+        by a version that wrote in place) raises ValueError naming the file."""
+        data = self.read_bytes()
+        if data is None:
+            return None
+        try:
+            return json.loads(data.decode(errors="replace"))
+        except ValueError:
+            raise ValueError(f"{self.path} is not a readable JSON document; remove it") from None
+
+    def save(self, data: dict[str, Any]) -> None:
+        self.write(json.dumps(data))
+
+    def write(self, text: str) -> None:
+        """The document ``text``, written whole."""
+        self.write_bytes(text.encode())
+
 
 def trial_identity(key: str, params: dict[str, Any]) -> str:
     """A trial's identity: a hash of its trial key and config (24 hex digits). Names its receipt, and marks its
     checkpoints as its own."""
     blob = json.dumps({"key": key, "trial": params}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def model_file(folder: str, key: str, params: dict[str, Any]) -> WholeFile:
+    """Where a trial saves its trained model (objectives/kept.py) in the stage's ``folder`` of models until the
+    driver keeps it (search/tune/keep.py): named by its identity, like its receipt."""
+    return WholeFile(f"{folder.rstrip('/')}/{trial_identity(key, params)}.{MODEL_FILE}")
 
 
 class Receipt(JsonFile):

@@ -25,6 +25,7 @@ from ..tune_state import StateKeeper
 from . import live
 from .callbacks import ProgressCallback, TrackingCallback
 from .failures import failure_reason, is_disk_error
+from .keep import keep_models
 from .receipts import Receipt, restore_receipts
 from .searcher import CellSearcher
 from .metric import METRIC, finite
@@ -91,6 +92,9 @@ class Stage:
         self.cells = self.spec.cells(name)
         self.path = f"{self.spec.placement.storage.rstrip('/')}/{self.spec.name}/{name}"
         self.receipts = f"{self.path}/receipts"
+        # where the stage's trained trials save their models until it ends (search/tune/keep.py)
+        keeps = self.spec.objective == "train" and self.spec.placement.keep_models != "none"
+        self.models = f"{self.path}/models" if keeps else ""
         self.trainable = self._trainable()
         self.keeper = self._keeper()
 
@@ -108,7 +112,7 @@ class Stage:
         return tune.with_resources(
             tune.with_parameters(run_trial, receipts=self.receipts, workers=workers,
                                  worker_resources=spec.resources(stage), data_parallel_dir=f"{path}/data-parallel",
-                                 checkpoint_s=spec.placement.checkpoint_s),
+                                 checkpoint_s=spec.placement.checkpoint_s, models=self.models),
             spec.resources(stage) if workers == 1 else {"cpu": 0, "memory": 1 << 20})
 
     def _keeper(self) -> StateKeeper | None:
@@ -230,6 +234,9 @@ class Stage:
             elif "status" not in metrics:
                 metrics = {"status": "failed", "reason": "no final result"}
             outcome.results.append({**result.config["meta"], **metrics, "trial": result.config["trial"]})
+        if self.models:
+            with store_errors(spec.placement.tracking_uri):
+                keep_models(reconcile, outcome.results, self.models, spec.placement.keep_models)
         return outcome
 
 

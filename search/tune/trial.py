@@ -37,7 +37,7 @@ from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists,
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
 
-from .receipts import JsonFile, Receipt, trial_identity
+from .receipts import JsonFile, Receipt, WholeFile, model_file, trial_identity
 from .metric import METRIC, finite
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ KV_NAMESPACE = "loopscale"  # of the Ray cluster's key-value store, where such r
 
 def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
               worker_resources: dict[str, float] | None = None, data_parallel_dir: str = "",
-              checkpoint_s: float = 0) -> None:
+              checkpoint_s: float = 0, models: str = "") -> None:
     """One Tune trial: simulate or train, forwarding training progress so the curve reaches MLflow.
 
     The final result is saved as a receipt in the folder ``receipts`` before it is reported, and a trial that
@@ -68,21 +68,27 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     finished (and been logged); with the receipt none of them is simulated or trained twice. A receipt the
     disk refuses (full) travels in the report instead (``UNSAVED_KEY``), to the trial's MLflow run, from which
     ``--resume`` writes it (``restore_receipts``) before Tune restarts the trial.
+
+    With a folder ``models``, a training trial that ends "ok" saves its model there (``model_file``) before
+    its receipt; the driver keeps it in MLflow when the stage ends (search/tune/keep.py).
     """
     params = config["trial"]
     trial = TrialConfig.from_params(params)
-    owner = trial_identity(config["meta"]["trial_key"], params)  # of its receipt, and sealed in its checkpoints
-    receipt = Receipt(receipts, config["meta"]["trial_key"], params) if receipts else None
+    key = config["meta"]["trial_key"]
+    owner = trial_identity(key, params)  # of its receipt, and sealed in its checkpoints
+    model = model_file(models, key, params).path if models else ""
+    receipt = Receipt(receipts, key, params) if receipts else None
     result = receipt.load() if receipt else None
     if result is None:
         if trial.objective == "simulate":
             result = checked(objectives.simulate(trial))
         elif workers > 1:
             result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir,
-                                                 checkpoint_s, owner))
+                                                 checkpoint_s, owner, model))
         else:
             result = checked(objectives.train(trial, report=tune.report,
-                                              checkpoint=tune_checkpoints(checkpoint_s, owner)))
+                                              checkpoint=tune_checkpoints(checkpoint_s, owner),
+                                              keep=WholeFile(model).write_bytes if model else None))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
         # a data-parallel trial's workers' nodes, in rank order, comma-separated
         result = {"node": ray.get_runtime_context().get_node_id(), **result}
@@ -194,7 +200,7 @@ def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
 
 
 def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
-                        storage: str, checkpoint_s: float = 0, owner: str = "") -> dict[str, Any]:
+                        storage: str, checkpoint_s: float = 0, owner: str = "", model: str = "") -> dict[str, Any]:
     """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
     of ``resources`` each (Ray Train V2's
     ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
@@ -205,7 +211,7 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
     Its checkpoints (``checkpoint_s``): rank 0 writes the state to ``<storage>/<trial id>.state/`` (a shared
     folder: Ray Train's own checkpoints belong to its run, and each attempt is a fresh run), where the workers
     of a later attempt, on any nodes, restore it; removed once the trial has its result. On object storage
-    (``s3://``) the workers keep none."""
+    (``s3://``) the workers keep none. Rank 0 saves the trained model at ``model`` (a path; "": none)."""
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -217,7 +223,7 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
     gpus = resources.get("gpu", 0.0)
     trainer = TorchTrainer(
         functools.partial(_data_parallel_worker, result_file=final.path, state=state, checkpoint_s=checkpoint_s,
-                          trial_id=trial_id, owner=owner),
+                          trial_id=trial_id, owner=owner, model=model),
         train_loop_config=params,
         torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
@@ -235,7 +241,7 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
 
 
 def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str = "", checkpoint_s: float = 0,
-                          trial_id: str = "", owner: str = "") -> None:
+                          trial_id: str = "", owner: str = "", model: str = "") -> None:
     """One Ray Train worker: train on this worker's share (objectives.train), from the trial's ``state``
     folder's checkpoint where it holds one and saving there (rank 0 writes), report progress from every
     worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
@@ -257,7 +263,8 @@ def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str =
 
         checkpoint = Checkpointing(period_s=checkpoint_s, save=save,
                                    restore=lambda: restore_or_set_aside(state, owner), requested=asked_poll(trial_id))
-    result = objectives.train(trial, report=ray.train.report, checkpoint=checkpoint)
+    keep = WholeFile(model).write_bytes if model and dist.get_rank() == 0 else None  # the workers hold replicas
+    result = objectives.train(trial, report=ray.train.report, checkpoint=checkpoint, keep=keep)
     nodes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
     if dist.get_rank() == 0:

@@ -1,0 +1,72 @@
+"""A trained trial's kept model: its final weights with the trial config that built them, as one file.
+
+The file is ``torch.save`` of ``{"format": FORMAT, "trial": TrialConfig.to_params(), "model": state_dict}``
+(tensors on the CPU), so it needs nothing else to be rebuilt: the trial config gives the model's shape
+(``TrialConfig.model_config``), its architecture (the built-in or the spec's own factory, with its options) and
+the validation data. ``rebuild`` builds the module through the architecture's factory and loads the weights
+strictly; given another recurrence count ``r`` it builds the factory at ``config.r = r`` (the evaluation
+contract, docs/own_architecture.md), and a module that cannot take it (its parameters' names or shapes depend on
+r, or the config refuses that r) is refused in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from typing import Any
+
+import torch
+
+from loopscale.model import LoopedConfig
+from loopscale.model.architecture import build
+
+from .trial import TrialConfig
+
+FORMAT = 1
+
+
+def kept_bytes(model: torch.nn.Module, trial: TrialConfig) -> bytes:
+    """The file of ``model`` trained as ``trial`` (module docstring)."""
+    raw = getattr(model, "_orig_mod", model)  # a compiled module's weights are its original's
+    state = {k: v.detach().cpu() for k, v in raw.state_dict().items()}
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, "trial": trial.to_params(), "model": state}, buffer)
+    return buffer.getvalue()
+
+
+def read_kept(data: bytes, where: str) -> tuple[TrialConfig, dict[str, torch.Tensor]]:
+    """The trial and the weights of a kept model's file; ValueError naming ``where`` for anything else."""
+    try:
+        kept = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a damaged or foreign file
+        raise ValueError(f"{where} is not a loopscale model file ({type(exc).__name__})") from None
+    if not isinstance(kept, dict) or kept.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a loopscale model file of format {FORMAT}")
+    return TrialConfig.from_params(kept["trial"]), kept["model"]
+
+
+def config_at(trial: TrialConfig, r: int | None = None) -> LoopedConfig:
+    """The trial's model shape, at ``r`` recurrences of its shared block (None: as trained). Only the count
+    changes: the block keeps its layers (``n_recur``), so the weights are the same."""
+    config = trial.model_config
+    if r is None or r == config.r:
+        return config
+    try:
+        return dataclasses.replace(config, r=r, bptt_k=None)
+    except ValueError as exc:
+        raise ValueError(f"cannot evaluate at r={r}: {exc}") from None
+
+
+def rebuild(trial: TrialConfig, weights: dict[str, Any], r: int | None = None) -> torch.nn.Module:
+    """The trained module in eval mode, at ``r`` recurrences (None: as trained); ValueError in one line when the
+    architecture cannot run that r with these weights."""
+    config = config_at(trial, r)
+    module = build(config)
+    try:
+        module.load_state_dict(weights, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = first[1].strip() if len(first) > 1 else first[0]
+        raise ValueError(f"cannot evaluate at r={config.r}: the module built at r={config.r} does not take the "
+                         f"weights trained at r={trial.r} ({detail.rstrip('. ')})") from None
+    return module.eval()
