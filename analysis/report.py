@@ -29,13 +29,13 @@ from .folder_swap import replace_folder, scratch_for
 from .fit_types import LawFit
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .intervals import spread_of, with_intervals
-from .identify import likely_fixes
+from .identify import likely_fixes, status_label
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .plots import frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
 from .runs import excluded_runs, exclusions, template_of, usable_runs
-from .sizes import SizeCurve
+from .sizes import template_mismatch
 from .tables import write_all
 
 LAW_CURVE_POINTS = 40
@@ -96,7 +96,8 @@ class Analysis:
         lines = [f"warning: {self.unfinished}"] if self.unfinished else []
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
-                  f"{_phi_line(joint)} [{joint.status.value}]", *_constant_lines(joint),
+                  f"{_phi_line(joint)} {status_label(joint, self.options.bounds)}", f"verdict: {joint.verdict}",
+                  *_constant_lines(joint),
                   "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
                                                                           self.suite.phi1.r2)
                   + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
@@ -229,11 +230,13 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
 
 
 def _phi_line(joint: LawFit) -> str:
-    """phi with its interval and the bootstrap behind it, or why there is none."""
-    if not joint.phi_applicable or joint.fixed_phi is not None:
+    """phi with its profile interval (the verdict's) and, named as such, the bootstrap's, or why there is none."""
+    if not joint.phi_applicable or joint.fixed_phi is not None or not joint.n_bootstrap:
         return joint.phi_text()
-    return (f"phi = {joint.phi:.3f} ({100 * joint.confidence:.0f}% CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-            f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
+    pct = f"{100 * joint.confidence:.0f}%"
+    return (f"phi = {joint.phi:.3f} ({pct} profile CI {joint.phi_profile_ci[0]:.3f} to {joint.phi_profile_ci[1]:.3f}; "
+            f"bootstrap {pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f} from {joint.n_bootstrap} "
+            f"{joint.interval}-bootstrap resamples over {joint.n_cells} cells"
             + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")
 
 
@@ -249,23 +252,6 @@ def _constant_lines(joint: LawFit, width: int = numbers.COLUMNS) -> list[str]:
             lines.append("  ")
         lines[-1] += " " * (1 if lines[-1].endswith(":") else 2) + part
     return lines
-
-
-def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
-    """'' when the template reproduces the runs' N_once, N_rec and FLOPs per token at their widths, else why not."""
-    for r, group in used.groupby("r"):
-        row = group.iloc[0]
-        if not np.isfinite(row["width"]):
-            return "runs do not record their width; cannot check the template"
-        try:
-            sizes = SizeCurve.from_model(int(r), template).sizes(row["width"])
-        except (ValueError, TypeError) as err:
-            return f"template {template} does not build r={int(r)}: {err}"
-        for column, quantity in (("N_once", "N_once"), ("N_rec", "N_rec"), ("flops_per_token", "F")):
-            if np.isfinite(row[column]) and not np.isclose(sizes[quantity], row[column], rtol=1e-9):
-                return (f"template {template} gives {quantity} {float(sizes[quantity]):.6g} at width "
-                        f"{row['width']:.0f}, r={int(r)}, the runs record {row[column]:.6g}")
-    return ""
 
 
 def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
