@@ -172,6 +172,9 @@ class Analysis:
                    "runs_used": len(self.used), "runs_excluded": len(self.runs) - len(self.used)}
         if joint.phi_applicable:
             metrics.update(phi=joint.phi, phi_lo=joint.phi_ci[0], phi_hi=joint.phi_ci[1])
+        if np.isfinite(joint.phi_profile_ci[0]):
+            metrics.update(phi_profile_lo=joint.phi_profile_ci[0], phi_profile_hi=joint.phi_profile_ci[1],
+                           p_phi0=joint.p_phi0, p_phi1=joint.p_phi1)
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
         for r, (lo, hi) in self.gap_ranges().items():
             metrics[f"gap_r{r}_min"], metrics[f"gap_r{r}_max"] = lo, hi
@@ -183,7 +186,7 @@ class Analysis:
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
                   "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
                   "delta": self.options.delta, "template": self.template_note}
-        return metrics, params, {"fit_status": joint.status.value}
+        return metrics, params, {"fit_status": joint.status.value, "verdict": joint.verdict}
 
 
 def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT_FIT_OPTIONS,
