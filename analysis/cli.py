@@ -86,11 +86,13 @@ def register(subparsers) -> None:
     predict_p.set_defaults(func=run_predict)
 
     compare_p = subparsers.add_parser(
-        "compare", help="Delta-phi between two sweeps, with a bootstrap interval and a verdict",
-        description="Fit the joint law to two sweeps (e.g. a new injection or truncated backprop against the "
-                    "baseline) and report Delta-phi = phi_B - phi_A with the interval of the difference of their "
-                    "block-bootstrap draws. A sweep without r = 1 runs borrows the other's; both are restricted "
-                    "to their common budgets unless --all-budgets.")
+        "compare", help="Delta-phi between two sweeps as one model, with its interval, matched cells and a verdict",
+        description="Fit two sweeps (e.g. a new injection or truncated backprop against the baseline) jointly with "
+                    "one base law and phi_B = phi_A + Delta-phi, and report Delta-phi with its profile interval "
+                    "and the F test of Delta-phi = 0; beside it each sweep's own fit and verdict, and per matched "
+                    "(budget, r) cell the difference of the optimal losses. A sweep without r = 1 runs borrows the "
+                    "other's when the templates are equal; both are restricted to their common budgets unless "
+                    "--all-budgets.")
     compare_p.add_argument("experiment_a", help="baseline sweep: MLflow experiment or runs table file")
     compare_p.add_argument("experiment_b", help="sweep to compare: MLflow experiment or runs table file")
     _tracking_argument(compare_p)
