@@ -47,6 +47,7 @@ def register(subparsers) -> None:
     analyze_p.add_argument("--r", type=_ints, default=None, dest="recurrences",
                            help="recurrence counts of the allocation table, comma-separated (default: the sweep's)")
     analyze_p.add_argument("--no-log", action="store_true", help="do not log the results to MLflow")
+    _baseline_argument(analyze_p)
     _fit_arguments(analyze_p, fix_phi=True)
     analyze_p.set_defaults(func=run_analyze)
 
@@ -90,11 +91,13 @@ def register(subparsers) -> None:
     predict_p.set_defaults(func=run_predict)
 
     compare_p = subparsers.add_parser(
-        "compare", help="Delta-phi between two sweeps, with a bootstrap interval and a verdict",
-        description="Fit the joint law to two sweeps (e.g. a new injection or truncated backprop against the "
-                    "baseline) and report Delta-phi = phi_B - phi_A with the interval of the difference of their "
-                    "block-bootstrap draws. A sweep without r = 1 runs borrows the other's; both are restricted "
-                    "to their common budgets unless --all-budgets.")
+        "compare", help="Delta-phi between two sweeps as one model, with its interval, matched cells and a verdict",
+        description="Fit two sweeps (e.g. a new injection or truncated backprop against the baseline) jointly with "
+                    "one base law and phi_B = phi_A + Delta-phi, and report Delta-phi with its profile interval "
+                    "and the F test of Delta-phi = 0; beside it each sweep's own fit and verdict, and per matched "
+                    "(budget, r) cell the difference of the optimal losses. A sweep without r = 1 runs borrows the "
+                    "other's when the templates are equal; both are restricted to their common budgets unless "
+                    "--all-budgets.")
     compare_p.add_argument("experiment_a", help="baseline sweep: MLflow experiment or runs table file")
     compare_p.add_argument("experiment_b", help="sweep to compare: MLflow experiment or runs table file")
     _tracking_argument(compare_p)
@@ -110,6 +113,13 @@ def _law_source(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--experiment", help="fit this MLflow experiment (or runs table file) and use its law")
     source.add_argument("--law", choices=["paper"], help="use the published constants (Schwethelm et al. 2026)")
     _tracking_argument(parser)
+    _baseline_argument(parser)
+
+
+def _baseline_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baseline", default=None, metavar="EXPERIMENT",
+                        help="a sweep (MLflow experiment or runs table file) whose r = 1 runs this sweep borrows "
+                             "when it has none, as compare does: only from an equal template")
 
 
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
@@ -157,21 +167,24 @@ def _options(args: argparse.Namespace) -> FitOptions:
 def run_analyze(args: argparse.Namespace) -> int:
     options = _options(args)  # first: bounds and choices refused before any work
     analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=options,
-                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log, columns=args.columns)
+                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log, columns=args.columns,
+                       baseline=args.baseline)
     return 0
 
 
 def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out: Path | None = None,
                        options: FitOptions = DEFAULT_FIT_OPTIONS, budgets: list[float] | None = None,
-                       recurrences: list[int] | None = None, log: bool = True, columns: str | None = None) -> Path:
+                       recurrences: list[int] | None = None, log: bool = True, columns: str | None = None,
+                       baseline: str | None = None) -> Path:
     """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file, its columns mapped by
-    ``columns``), write its tables and plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the
-    summary, and log an analysis run when the runs came from MLflow and ``log``."""
+    ``columns``; with the r = 1 runs of ``baseline`` where it lends them), write its tables and plots to ``out``
+    (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run when the runs came
+    from MLflow and ``log``."""
     from .report import analyze
     from .runs import usable_runs
 
     _check_out(out, folder=True)
-    runs = _load(experiment, tracking_uri, columns)
+    runs = _with_baseline(_load(experiment, tracking_uri, columns), baseline, tracking_uri, options)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     out = out or DEFAULT_OUT / name
     _check_out(out, folder=True)
@@ -182,8 +195,11 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
         unfinished = unfinished_note(experiment, runs.attrs["tracking_uri"])
         if unfinished:
             print(f"loopscale: warning: {unfinished}", file=sys.stderr, flush=True)
+    used = usable_runs(runs, stage=options.stage)
     if budgets:
-        warn_extrapolation(budgets, usable_runs(runs, stage=options.stage)["budget_flops"])
+        warn_extrapolation(budgets, used["budget_flops"])
+    if recurrences:
+        warn_recurrences(recurrences, used["r"])
     progress = Progress()
     result = analyze(runs, name=name, options=options, budgets=budgets, recurrences=recurrences,
                      progress=progress)
@@ -212,6 +228,20 @@ def _load(experiment: str, tracking_uri: str | None, columns: str | None):
     disagreement = budget_disagreement(runs, experiment)
     if disagreement:
         say(f"loopscale: warning: {disagreement}", file=sys.stderr)
+    return runs
+
+
+def _with_baseline(runs, baseline: str | None, tracking_uri: str | None, options: FitOptions):
+    """``runs`` with ``baseline``'s r = 1 runs borrowed (``borrow.with_borrowed_r1``, as compare borrows), and a
+    line on stderr saying what was borrowed or why nothing was; ``runs`` itself without a baseline."""
+    if baseline is None:
+        return runs
+    from .borrow import with_borrowed_r1
+
+    attrs = dict(runs.attrs)
+    runs, note = with_borrowed_r1(runs, _load(baseline, tracking_uri, None), options.stage)
+    runs.attrs.update(attrs)
+    print(f"loopscale: {note} (baseline {baseline})", file=sys.stderr, flush=True)
     return runs
 
 
@@ -313,26 +343,31 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .compare import excluded_text
     from .fit import fit_joint_law
     from .flops import PAPER_GRID, PAPER_RECURRENCES
-    from .identify import likely_fixes, with_identification
+    from .identify import judged, likely_fixes, status_label
     from .isoflop import cell_optima
     from .law_optimum import RunCosts
-    from .report import template_mismatch
     from .predict import check_requests
     from .runs import template_of, usable_runs
-    from .sizes import PAPER_BATCH_TOKENS
+    from .sizes import PAPER_BATCH_TOKENS, template_mismatch
+    from .suite import judged_with_restrictions
 
     width = getattr(args, "width", None)
     if args.law == "paper":
         if args.columns is not None:
             raise ValueError("--columns maps the columns of a runs table; --law paper reads none")
+        if args.baseline is not None:
+            raise ValueError("--baseline lends r = 1 runs to a fit of a sweep; --law paper fits none")
         if options.fix_phi is not None:
             raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
         check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
                        PAPER_BATCH_TOKENS, getattr(args, "constraints", None))
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
+        if recurrences:
+            warn_recurrences(recurrences, PAPER_RECURRENCES)
         return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), None
-    runs = _load(args.experiment, args.tracking_uri, args.columns)
+    runs = _with_baseline(_load(args.experiment, args.tracking_uri, args.columns), args.baseline, args.tracking_uri,
+                          options)
     used = usable_runs(runs, stage=options.stage)
     template, batch_tokens, _ = template_of(runs)
     mismatch = template_mismatch(used, template)
@@ -357,16 +392,18 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
                              f"template that builds the runs' models, and none does for {args.experiment} "
                              f"({mismatch})")
     law = fit_joint_law(runs, options=options)
-    if law.phi_applicable and law.fixed_phi is None:  # a single-r fit has no phi to identify
-        law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
-                                  options.bounds)
-    say(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
-          f"{excluded_text(runs, options.stage)}\n  {law.phi_text()}", file=sys.stderr)
+    if law.phi_applicable and law.fixed_phi is None:
+        law, _, _ = judged_with_restrictions(law, runs, options)
+    else:  # no phi to judge (one r, or phi held): the verdict line says so
+        law = judged(law, runs, options)
+    say(f"{args.experiment}: fitted {law.n_runs} runs {status_label(law, options.bounds)}; excluded "
+          f"{excluded_text(runs, options.stage)}\n  {law.phi_text()}\n  verdict: {law.verdict}", file=sys.stderr)
     fixes = likely_fixes(cell_optima(used, stage=None, n_bootstrap=0).table) if law.warnings else []
     for line in [f"warning: {w}" for w in law.warnings] + [f"  likely fix: {f}" for f in fixes]:
         say(line, file=sys.stderr)
     if given:
         warn_extrapolation(budgets, used["budget_flops"])
+    warn_recurrences(recurrences, measured)
     if costs is not None:
         say(f"no template sizes the runs of {args.experiment} ({mismatch}): the law's compute-optimal N and D "
             f"under {costs.note}", file=sys.stderr)
@@ -404,6 +441,16 @@ def warn_extrapolation(budgets, fitted_budgets) -> None:
         print(f"loopscale: warning: budget(s) {', '.join(numbers.flops(c) for c in outside)} outside the "
               f"fitted budgets {numbers.flops(min(fitted_budgets))} to {numbers.flops(max(fitted_budgets))} FLOPs: "
               "the law is extrapolated there", file=sys.stderr)
+
+
+def warn_recurrences(recurrences, fitted_recurrences) -> None:
+    """A warning line on stderr for each r the law was not fitted on: beyond the fitted r's the law is
+    extrapolated (phi's r^phi is measured nowhere there), between them interpolated."""
+    fitted = sorted({int(r) for r in fitted_recurrences})
+    for r in sorted({int(r) for r in recurrences} - set(fitted)):
+        where = "extrapolated" if not fitted[0] <= r <= fitted[-1] else "interpolated between the fitted r's"
+        print(f"loopscale: warning: r={r} was not run (the law was fitted on r = {', '.join(map(str, fitted))}): "
+              f"the law is {where} there", file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -63,6 +63,11 @@ class LawFit:
     bootstrap: np.ndarray = field(repr=False)  # (n_bootstrap, 6) in CONSTANTS order; read it through draws()
     warnings: tuple[str, ...] = ()   # why phi is not identified (status UNIDENTIFIED)
     single_r: int | None = None      # the one r of a single-r table: the plain law, phi not applicable
+    # what the fit says about phi (analysis.identify, from analysis.profile_interval); '' and NaN until it is judged
+    verdict: str = ""
+    phi_profile_ci: tuple[float, float] = (np.nan, np.nan)
+    p_phi0: float = np.nan           # the F test of phi = 0 against the fit
+    p_phi1: float = np.nan           # and of phi = 1
 
     @property
     def phi_applicable(self) -> bool:
@@ -76,10 +81,13 @@ class LawFit:
             return f"phi not applicable (one r, r={self.single_r}: the plain law L = E + A N^-alpha + B D^-beta)"
         if self.fixed_phi is not None:
             return f"phi {self.fixed_phi:g} (fixed)"
-        if not self.n_bootstrap:
-            return f"phi {self.phi:.3f} (no interval: no bootstrap)"
-        return (f"phi {self.phi:.3f} ({100 * self.confidence:.0f}% CI {self.phi_ci[0]:.3f} to "
-                f"{self.phi_ci[1]:.3f})")
+        pct = f"{100 * self.confidence:.0f}%"
+        intervals = []
+        if np.isfinite(self.phi_profile_ci[0]):
+            intervals.append(f"{pct} profile CI {self.phi_profile_ci[0]:.3f} to {self.phi_profile_ci[1]:.3f}")
+        intervals.append(f"bootstrap {pct} CI {self.phi_ci[0]:.3f} to {self.phi_ci[1]:.3f}" if self.n_bootstrap
+                         else "no bootstrap")
+        return f"phi {self.phi:.3f} ({'; '.join(intervals)})"
 
     def draws(self) -> pd.DataFrame:
         """The bootstrap draws by name: one row per resample, one column per constant (E, A, alpha, B, beta,
@@ -100,6 +108,7 @@ class LawFit:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bootstrap"}
         out["status"] = self.status.value
         out["phi_ci"] = list(self.phi_ci)
+        out["phi_profile_ci"] = list(self.phi_profile_ci)
         out["ci"] = {k: list(v) for k, v in self.ci.items()}
         out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
         out["at_bound"] = list(self.at_bound)

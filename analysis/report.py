@@ -31,14 +31,14 @@ from .folder_swap import replace_folder, scratch_for
 from .fit_types import LawFit
 from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .intervals import spread_of, with_intervals
-from .identify import likely_fixes
+from .identify import likely_fixes, status_label
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .plots import depth_figure, frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
 from .flops import flops_spent, flops_text
 from .runs import excluded_runs, exclusions, template_of, usable_runs
-from .sizes import SizeCurve
+from .sizes import template_mismatch
 from .tables import write_all
 
 LAW_CURVE_POINTS = 40
@@ -100,8 +100,8 @@ class Analysis:
         lines = [f"warning: {self.unfinished}"] if self.unfinished else []
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
-                  f"{_phi_line(joint)} [{joint.status.value}]", *_constant_lines(joint),
-                  _r2_line(self.suite)]
+                  f"{_phi_line(joint)} {status_label(joint, self.options.bounds)}", f"verdict: {joint.verdict}",
+                  *_constant_lines(joint), _r2_line(self.suite)]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
@@ -178,6 +178,9 @@ class Analysis:
             metrics.update(r2_phi0=self.suite.phi0.r2, r2_phi1=self.suite.phi1.r2)
         if joint.phi_applicable:
             metrics.update(phi=joint.phi, phi_lo=joint.phi_ci[0], phi_hi=joint.phi_ci[1])
+        if np.isfinite(joint.phi_profile_ci[0]):
+            metrics.update(phi_profile_lo=joint.phi_profile_ci[0], phi_profile_hi=joint.phi_profile_ci[1],
+                           p_phi0=joint.p_phi0, p_phi1=joint.p_phi1)
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
         for r, (lo, hi) in self.gap_ranges().items():
             metrics[f"gap_r{r}_min"], metrics[f"gap_r{r}_max"] = lo, hi
@@ -189,7 +192,7 @@ class Analysis:
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
                   "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
                   "delta": self.options.delta, "template": self.template_note}
-        return metrics, params, {"fit_status": joint.status.value}
+        return metrics, params, {"fit_status": joint.status.value, "verdict": joint.verdict}
 
 
 def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT_FIT_OPTIONS,
@@ -248,11 +251,13 @@ def _r2_line(suite: FitSuite) -> str:
 
 
 def _phi_line(joint: LawFit) -> str:
-    """phi with its interval and the bootstrap behind it, or why there is none."""
-    if not joint.phi_applicable or joint.fixed_phi is not None:
+    """phi with its profile interval (the verdict's) and, named as such, the bootstrap's, or why there is none."""
+    if not joint.phi_applicable or joint.fixed_phi is not None or not joint.n_bootstrap:
         return joint.phi_text()
-    return (f"phi = {joint.phi:.3f} ({100 * joint.confidence:.0f}% CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f}, "
-            f"{joint.n_bootstrap} {joint.interval}-bootstrap resamples over {joint.n_cells} cells"
+    pct = f"{100 * joint.confidence:.0f}%"
+    return (f"phi = {joint.phi:.3f} ({pct} profile CI {joint.phi_profile_ci[0]:.3f} to {joint.phi_profile_ci[1]:.3f}; "
+            f"bootstrap {pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f} from {joint.n_bootstrap} "
+            f"{joint.interval}-bootstrap resamples over {joint.n_cells} cells"
             + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")
 
 
@@ -268,23 +273,6 @@ def _constant_lines(joint: LawFit, width: int = numbers.COLUMNS) -> list[str]:
             lines.append("  ")
         lines[-1] += " " * (1 if lines[-1].endswith(":") else 2) + part
     return lines
-
-
-def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
-    """'' when the template reproduces the runs' N_once, N_rec and FLOPs per token at their widths, else why not."""
-    for r, group in used.groupby("r"):
-        row = group.iloc[0]
-        if not np.isfinite(row["width"]):
-            return "runs do not record their width; cannot check the template"
-        try:
-            sizes = SizeCurve.from_model(int(r), template).sizes(row["width"])
-        except (ValueError, TypeError) as err:
-            return f"template {template} does not build r={int(r)}: {err}"
-        for column, quantity in (("N_once", "N_once"), ("N_rec", "N_rec"), ("flops_per_token", "F")):
-            if np.isfinite(row[column]) and not np.isclose(sizes[quantity], row[column], rtol=1e-9):
-                return (f"template {template} gives {quantity} {float(sizes[quantity]):.6g} at width "
-                        f"{row['width']:.0f}, r={int(r)}, the runs record {row[column]:.6g}")
-    return ""
 
 
 def _tables(a: Analysis) -> dict[str, pd.DataFrame]:

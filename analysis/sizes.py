@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from loopscale.model import ISO_DEPTH, LoopedConfig, account, iso_depth_template
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The paper's iso-depth template (model/config.py) and batch size in tokens (docs/paper.md).
 PAPER_TEMPLATE: dict[str, Any] = dict(ISO_DEPTH)
@@ -92,3 +95,20 @@ def _quadratic_through(points: list[tuple[int, int]]) -> tuple[Fraction, Fractio
     c1 = (y1 - y0) / (x1 - x0) - c2 * (x0 + x1)
     c0 = y0 - c1 * x0 - c2 * x0 * x0
     return c0, c1, c2
+
+
+def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
+    """'' when the template reproduces the runs' N_once, N_rec and FLOPs per token at their widths, else why not."""
+    for r, group in used.groupby("r"):
+        row = group.iloc[0]
+        if not np.isfinite(row["width"]):
+            return "runs do not record their width; cannot check the template"
+        try:
+            sizes = SizeCurve.from_model(int(r), template).sizes(row["width"])
+        except (ValueError, TypeError) as err:
+            return f"template {template} does not build r={int(r)}: {err}"
+        for column, quantity in (("N_once", "N_once"), ("N_rec", "N_rec"), ("flops_per_token", "F")):
+            if np.isfinite(row[column]) and not np.isclose(sizes[quantity], row[column], rtol=1e-9):
+                return (f"template {template} gives {quantity} {float(sizes[quantity]):.6g} at width "
+                        f"{row['width']:.0f}, r={int(r)}, the runs record {row[column]:.6g}")
+    return ""

@@ -13,7 +13,7 @@ import pandas as pd
 from .fit import fit_joint_law
 from .fit_problem import fit_rows, with_overrides
 from .fit_types import LawFit
-from .identify import with_identification
+from .identify import judged
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .runs import usable_runs
 
@@ -51,9 +51,8 @@ def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS,
               progress: Callable[[str], None] | None = None, **overrides: Any) -> FitSuite:
     """``fit_joint_law`` with bootstrap, the restricted fits (phi = 0, phi = 1) and per-r Chinchilla fits.
 
-    The comparison fits skip the bootstrap: only the joint fit's interval is reported. A joint fit that
-    converged although its phi is not identified (its interval reaches a bound, or phi = 0 fits as well) is
-    returned as UNIDENTIFIED with the reasons in ``warnings`` (``analysis.identify``). A per-r fit is
+    The comparison fits skip the bootstrap: only the joint fit's interval is reported. The joint fit carries
+    phi's profile interval, the tests of phi = 0 and 1 and the verdict (``judged_with_restrictions``). A per-r fit is
     L = E + A N^-alpha + B D^-beta on that r's runs (phi fixed at 0 makes N_eff = N_once + N_rec = N);
     r values with too few runs for five parameters are left out; runs of a single r get none of these
     (``FitSuite``). ``progress`` is called with a line before each fit (the joint fit with its bootstrap takes
@@ -65,13 +64,11 @@ def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS,
     joint = fit_joint_law(runs, options=options)
     usable = usable_runs(runs, stage=options.stage)
     recurrences = sorted(usable["r"].unique())
-    if len(recurrences) == 1:
-        return FitSuite(joint=joint, phi0=None, phi1=None, per_r={})
+    if len(recurrences) == 1:  # no phi to judge: the verdict line says so
+        return FitSuite(joint=judged(joint, runs, options), phi0=None, phi1=None, per_r={})
     quick = dataclasses.replace(options, n_bootstrap=0)
-    say("restricted fits: phi = 0, phi = 1")
-    phi0 = fit_joint_law(runs, options=quick, fix_phi=0.0)
-    phi1 = fit_joint_law(runs, options=quick, fix_phi=1.0)
-    joint = with_identification(joint, phi0, options.bounds)
+    say("restricted fits: phi = 0, phi = 1; phi's profile")
+    joint, phi0, phi1 = judged_with_restrictions(joint, runs, options)
     per_r = {}
     say(f"per-r Chinchilla fits: r = {', '.join(str(int(r)) for r in recurrences)}")
     for r in recurrences:
@@ -79,3 +76,14 @@ def fit_suite(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIONS,
         if len(fit_rows(subset, options)) > 5:
             per_r[int(r)] = fit_joint_law(subset, options=quick, fix_phi=0.0)
     return FitSuite(joint=joint, phi0=phi0, phi1=phi1, per_r=per_r)
+
+
+def judged_with_restrictions(joint: LawFit, runs: pd.DataFrame, options: FitOptions) -> tuple[LawFit, LawFit,
+                                                                                              LawFit]:
+    """(``joint`` judged by ``identify.judged``, the fit with phi held at 0, at 1): the restricted fits join
+    phi's profile, so every command that fits a sweep reaches the same verdict. A fit converged although its
+    phi is not identified is returned as UNIDENTIFIED with the reasons in ``warnings``."""
+    quick = dataclasses.replace(options, n_bootstrap=0, fix_phi=None)
+    phi0 = fit_joint_law(runs, options=quick, fix_phi=0.0)
+    phi1 = fit_joint_law(runs, options=quick, fix_phi=1.0)
+    return judged(joint, runs, options, phi0=phi0, phi1=phi1), phi0, phi1

@@ -172,7 +172,7 @@ def test_compare_finds_a_better_loop_and_no_difference_for_a_rerun(tmp_path, cap
     paper_runs(better, noise=0.01, seed=1, grid=low, recurrences=(2, 4, 8)).to_csv(variant, index=False)
     assert main(["compare", str(base), str(variant), "--n-starts", "60", "--n-bootstrap", "100"]) == 0
     text = capsys.readouterr().out
-    assert "has no r=1 runs and uses the other sweep's" in text
+    assert "borrows the other sweep's 20 r = 1 runs" in text
     assert "A recurrence is worth more in" in text
     delta = float(text.split("Delta-phi (B - A) = ")[1].split()[0])
     assert delta == pytest.approx(0.65 - 0.459, abs=0.08)

@@ -1,13 +1,15 @@
-"""A fit is never called converged when phi is not identified: phi = 0 fitting as well, or phi's interval
-reaching a bound, make it UNIDENTIFIED with the reasons, and the report names the cells to fix."""
+"""A fit is never called converged when phi is not identified: phi = 0 fitting as well, or phi's profile
+interval reaching a bound, make it UNIDENTIFIED with the reasons; a constant at its bound is named; the report
+names the cells to fix."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from loopscale.analysis import FitStatus, fit_suite
-from loopscale.analysis.identify import likely_fixes
+from loopscale.analysis.identify import likely_fixes, status_label
 from loopscale.analysis.isoflop import cell_optima
+from loopscale.analysis.options import DEFAULT_BOUNDS
 from loopscale.model import PAPER_LAW
 from test_analysis_sim import PAPER_GRID, paper_runs
 
@@ -26,13 +28,13 @@ def test_the_paper_law_is_identified():
     assert suite.joint.warnings == ()
 
 
-def test_an_interval_that_reaches_the_bound_is_unidentified():
-    # r = 1 and 2 only, two budgets, 0.1-nat noise: the resamples push phi to its bounds
+def test_a_constant_at_its_bound_is_named_in_the_verdict():
+    # r = 1 and 2 only, two budgets, 0.1-nat noise: the fit drives E to its lower bound
     grid = {c: PAPER_GRID[c] for c in (4.64e17, 1e18)}
-    suite = fit_suite(paper_runs(noise=0.1, grid=grid, recurrences=(1, 2)), n_starts=60, n_bootstrap=60)
+    suite = fit_suite(paper_runs(noise=0.1, grid=grid, recurrences=(1, 2)), n_starts=60, n_bootstrap=0)
     assert suite.joint.status is not FitStatus.CONVERGED
-    assert any("reaches the fit's bound" in w for w in suite.joint.warnings), (suite.joint.phi_ci,
-                                                                               suite.joint.warnings)
+    assert suite.joint.verdict.startswith("not identified: E at its lower bound 0.0498"), suite.joint.verdict
+    assert status_label(suite.joint, DEFAULT_BOUNDS) == f"[{suite.joint.status.value}: E at its lower bound 0.0498]"
 
 
 def test_likely_fixes_name_the_cell_whose_optimum_lies_outside_the_widths():

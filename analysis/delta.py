@@ -1,0 +1,96 @@
+"""Delta-phi as one model: two sweeps fitted jointly with one base law and a phi each.
+
+Sweep A's rows follow N_eff = N_once + r^phi_A N_rec, sweep B's N_eff = N_once + r^(phi_A + Delta) N_rec, and
+both share E, A, alpha, B, beta: the r = 1 runs of either sweep (where r^phi = 1) inform that base law once,
+and neither sweep's fit can drift off a base of its own. Seven constants, one objective: the summed Huber loss
+of log L over both sweeps' rows (``analysis.fit_objective``).
+
+Held at a Delta, the model is the ordinary joint law on the combined rows once each B row's N_rec is scaled
+by r^Delta (then r^phi_A (r^Delta N_rec) = r^(phi_A + Delta) N_rec), so Delta's profile is a sequence of
+ordinary joint fits (``fit.refit``, warm from the neighbouring Delta), and its interval and the test of
+Delta = 0 come from the same nested F test as phi's (``analysis.profile_interval``, 7 free constants). The interval
+excludes 0 exactly when the test of Delta = 0 rejects at the same level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .fit import refit
+from .fit_problem import FitData, fit_rows
+from .fit_types import LawFit
+from .options import FitOptions
+from .profile_interval import PROFILE_STARTS, NestedTest, Profile, grid_of, profile, theta_of
+
+FREE_CONSTANTS = 7  # E, A, alpha, B, beta, phi_A, Delta
+
+
+@dataclass(frozen=True, eq=False)
+class SharedBase:
+    """The joint fit of two sweeps: the base law and phi_A at the optimum (``theta``), Delta, and Delta's
+    profile with its test."""
+
+    theta: np.ndarray   # (a, alpha, b, beta, e, phi_A) at the optimum
+    delta: float
+    profile: Profile
+    n_rows: tuple[int, int]
+
+    @property
+    def phi_a(self) -> float:
+        return float(self.theta[5])
+
+    @property
+    def phi_b(self) -> float:
+        return self.phi_a + self.delta
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return self.profile.ci
+
+    @property
+    def p_zero(self) -> float:
+        """The F test of Delta = 0: one phi for both sweeps against a phi each."""
+        return self.profile.p(0.0)
+
+
+def combined(data_a: FitData, data_b: FitData, delta: float) -> FitData:
+    """A's rows and B's as one table, B's N_rec scaled by r^delta (B's cells numbered after A's)."""
+    scale = np.concatenate([np.ones(data_a.n_runs), data_b.r ** delta])
+    return FitData(r=np.concatenate([data_a.r, data_b.r]),
+                   n_once=np.concatenate([data_a.n_once, data_b.n_once]),
+                   n_rec=np.concatenate([data_a.n_rec, data_b.n_rec]) * scale,
+                   log_d=np.concatenate([data_a.log_d, data_b.log_d]),
+                   log_l=np.concatenate([data_a.log_l, data_b.log_l]),
+                   cell=np.concatenate([data_a.cell, data_b.cell + data_a.n_cells]),
+                   budget=np.concatenate([data_a.budget, data_b.budget]))
+
+
+def fit_shared_base(runs_a: pd.DataFrame, runs_b: pd.DataFrame, fit_a: LawFit, fit_b: LawFit,
+                    options: FitOptions) -> SharedBase:
+    """The shared-base model of two sweeps' own runs (none borrowed: a borrowed run would count twice), started
+    from their separate fits ``fit_a`` and ``fit_b``. Delta's grid spans the widest difference phi's bounds
+    allow."""
+    data_a, data_b = (FitData.from_runs(fit_rows(runs, options)) for runs in (runs_a, runs_b))
+    free = dataclasses.replace(options, fix_phi=None)
+    lo, hi = options.bounds.phi
+    bounds = (lo - hi, hi - lo)
+    centre = float(np.clip(fit_b.phi - fit_a.phi, *bounds))
+
+    def fit_at(delta: float, warm: np.ndarray) -> tuple[np.ndarray, float]:
+        return refit(combined(data_a, data_b, delta), warm, n_starts=PROFILE_STARTS, seed=options.seed,
+                     max_iter=options.max_iter, options=free)
+
+    theta_hat, f_hat = refit(combined(data_a, data_b, centre), theta_of(fit_a), n_starts=min(options.n_starts, 50),
+                             seed=options.seed, max_iter=options.max_iter, options=free)
+
+    def test_of(delta: float, theta: np.ndarray, f_min: float) -> NestedTest:
+        return NestedTest.at(combined(data_a, data_b, delta), theta, f_min, options.delta, FREE_CONSTANTS)
+
+    shape = profile(fit_at, grid_of(bounds, 0.0, centre), theta_hat, f_hat, centre, test_of, options.confidence)
+    best = int(np.argmin(shape.f))
+    theta, delta = (shape.thetas[best], shape.best) if shape.f[best] < f_hat else (theta_hat, centre)
+    return SharedBase(theta=theta, delta=float(delta), profile=shape, n_rows=(data_a.n_runs, data_b.n_runs))
