@@ -23,7 +23,9 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The evaluations at other r of the ok trials of ``runs`` (a runs table; module docstring), sorted by cell,
     run and r_eval; empty (with its columns) when no kept model was evaluated."""
     columns = {int(m.group(1)): c for c in runs.columns if (m := EVAL_COLUMN.match(str(c)))}
-    trials = runs[(runs["status"] == "ok") & (runs["branch_of"] == "")]
+    if not columns:
+        return pd.DataFrame(columns=list(DEPTH_COLUMNS))
+    trials = runs[(runs["status"] == "ok") & (runs.get("branch_of", pd.Series("", index=runs.index)) == "")]
     rows = []
     for r_eval, column in sorted(columns.items()):
         loss = pd.to_numeric(trials[column], errors="coerce")

@@ -108,7 +108,7 @@ def prediction_lines(p: dict[str, Any], batch_tokens: int) -> list[str]:
                      f"{numbers.flops(p['forward_flops_per_token'])} FLOPs per token; training "
                      f"{numbers.flops(p['flops_built'])} FLOPs, serving {numbers.flops(p['serving_flops'])}, "
                      f"lifetime {numbers.flops(p['lifetime_flops'])}")
-    if int(p["r"]) > 1:
+    if int(p["r"]) > 1 and "loop_wins_below_N" in p:  # (a law optimum without a template has no buildable cap)
         lines.append(f"r={int(p['r'])} " + loop_wins_text(p["loop_wins_below_N"], p["loop_wins_below_N_lo"],
                                                          p["loop_wins_below_N_hi"]))
     if "width_loss" in p:
