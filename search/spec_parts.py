@@ -298,6 +298,39 @@ class Training:
         return dataclasses.replace(training, data=data, recipe=recipe)
 
 @dataclass(frozen=True)
+class Rungs:
+    """``[validate]``: budgets above the sweep's largest at which the sweep ends by training the compute-optimal
+    model of its fitted law, per r, and comparing it with the law's prediction (search/validate.py). Hashed only
+    when given: the rungs are part of what such a sweep measures."""
+
+    budgets: tuple[float, ...] = added(())
+
+    @classmethod
+    def parse(cls, t: Table, grid: Grid) -> "Rungs":
+        table = Table(t.table("validate"), "[validate]", ("budgets",))
+        budgets = tuple(float(b) for b in table.list("budgets", (int, float)) or ())
+        require(len(set(budgets)) == len(budgets), "[validate] budgets has duplicates")
+        cls.check(grid, budgets, "[validate] budget")
+        return cls(budgets=budgets)
+
+    @staticmethod
+    def check(grid: Grid, budgets, what: str) -> None:
+        """One line for a rung budget not above the grid's largest, or one that trains fewer than min_steps
+        steps even at the narrowest width (the cheapest per token: if it does, every width does)."""
+        top = max(grid.budgets)
+        for budget in budgets:
+            require(math.isfinite(budget) and budget > top,
+                    f"{what} {budget:.3g} FLOPs is not above the sweep's largest budget {top:.3g}: a rung checks "
+                    "the law beyond the budgets it was fitted on")
+            for r in grid.recurrences:
+                config = grid.model(heads_to_s(1, grid.width_unit, grid.head_dim), r)
+                steps = tokens_for_budget(config, budget, grid.batch_tokens) // grid.batch_tokens
+                require(steps >= grid.min_steps,
+                        f"{what} {budget:.3g} FLOPs buys {steps} optimizer steps of {grid.batch_tokens} tokens at "
+                        f"r={r} even at the narrowest width, fewer than min_steps={grid.min_steps}")
+
+
+@dataclass(frozen=True)
 class Placement:
     """``[resources]`` and the stores: where trials run and log. Only a trial's CPUs and GPUs are part of the
     design (they decide a trained trial's device and threads); the rest may change between resumes."""
