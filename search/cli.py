@@ -274,13 +274,17 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
                     "finished one.")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.add_argument("--validate", action="store_true",
+                   help="end the sweep with a validation rung per r at twice its largest budget: the law's "
+                        "compute-optimal model trained there against its prediction (`loopscale plan demo --set "
+                        "'validate.budgets=[2.7e12]'` prints what it adds)")
     p.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.tracking_uri, args.verbose)
+    return run_demo(args.tracking_uri, args.verbose, args.validate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ RAY_RESOURCE_UNIT = 0.0001  # Ray's resource granularity (ray._raylet.RESOURCE_U
 LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 DEFAULT_CHECKPOINT_S = 1800  # a trial's checkpoint every 30 minutes of training: a kill loses at most that
 PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
+AFTER_SWEEP = {"after_sweep": True}  # what runs once the sweep is done and changes none of its trials: never hashed
 
 
 def added(default: Any) -> Any:
@@ -46,7 +47,7 @@ def hashed(part: Any) -> dict[str, Any]:
     """The fields of ``part`` that define what a sweep measures, as each declares it."""
     values = dataclasses.asdict(part)
     return {f.name: values[f.name] for f in dataclasses.fields(part)
-            if not f.metadata.get("placement")
+            if not f.metadata.get("placement") and not f.metadata.get("after_sweep")
             and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}
 
 
@@ -300,10 +301,11 @@ class Training:
 @dataclass(frozen=True)
 class Rungs:
     """``[validate]``: budgets above the sweep's largest at which the sweep ends by training the compute-optimal
-    model of its fitted law, per r, and comparing it with the law's prediction (search/validate.py). Hashed only
-    when given: the rungs are part of what such a sweep measures."""
+    model of its fitted law, per r, and comparing it with the law's prediction (search/validate.py). Never hashed:
+    the rungs run after the sweep and change none of its trials, so a finished sweep resumed with rungs added
+    trains them."""
 
-    budgets: tuple[float, ...] = added(())
+    budgets: tuple[float, ...] = field(default=(), metadata=AFTER_SWEEP)
 
     @classmethod
     def parse(cls, t: Table, grid: Grid) -> "Rungs":

@@ -65,6 +65,13 @@ class RungPlan:
                    saved["fitted_top"], saved["complete"])
 
 
+def rungs_trained(spec: SweepSpec) -> bool:
+    """Whether the rungs the spec's ``[validate]`` asks for were trained."""
+    plan = RungPlan.load(spec)
+    return plan is not None and plan.complete and plan.request() == (sorted(spec.rungs.budgets),
+                                                                     sorted(spec.grid.recurrences))
+
+
 def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | None = None,
                recipe: dict[str, Any] | None = None) -> RungPlan:
     """The rungs at ``budgets`` x ``recurrences`` (default: the sweep's r's) under the law fitted to the sweep's
@@ -80,6 +87,7 @@ def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | N
     if unknown:
         raise ValueError(f"--r {unknown[0]} is not a recurrence of sweep {spec.name!r} "
                          f"({', '.join(map(str, spec.grid.recurrences))}): its law measured no phi for it to check")
+    Rungs.check(spec.grid, budgets, "--budget")  # a budget not above the sweep, or too small: before anything
     saved = RungPlan.load(spec)
     if saved is not None:
         if saved.request() == (sorted(budgets), recurrences):
@@ -93,7 +101,6 @@ def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | N
     fitted = usable_runs(runs, stage=options.stage)["budget_flops"]
     if fitted.empty:
         raise ValueError(f"sweep {spec.name!r} has no usable search runs to fit a law to")
-    Rungs.check(spec.grid, budgets, "--budget")  # before the fit: a budget not above the sweep, or too small
     fit = fit_joint_law(runs, options=options)
     table = validation.rung_table(fit, budgets, recurrences, template=spec.grid.model_template(), batch_tokens=spec.grid.batch_tokens,
                                   min_steps=spec.grid.min_steps)

@@ -23,7 +23,7 @@ from ..preflight import check_free_space, check_ray_address, ray_address
 from ..spec import SweepSpec
 from ..stopping import StoreFailure, SweepInterrupted, raise_if_interrupted
 from ..sweep_lock import SweepLock
-from ..validate import RungPlan, finish, plan_rungs
+from ..validate import RungPlan, finish, plan_rungs, rungs_trained
 from ..tracking import close_sweep, code_version, find_parent_run, open_sweep, store_errors
 from . import live
 from .cluster import check_trials_fit, quiet, start_ray
@@ -92,10 +92,12 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
         if saved["spec_hash"] != spec.spec_hash:
             raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
                              f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
-        if saved.get("complete"):
-            if find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
+        if saved.get("complete") and find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
+            if not spec.rungs.budgets or rungs_trained(spec):
                 print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
                 return SweepOutcome(spec, {}, already_complete=True)
+            rungs = plan_rungs(spec, list(spec.rungs.budgets))  # [validate] added to a finished sweep
+        elif saved.get("complete"):
             lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow "
                     f"{redact(spec.placement.tracking_uri)} holds none of its runs")
             if not resume:
