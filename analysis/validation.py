@@ -154,29 +154,33 @@ def _verdict(achieved: float, lo: float, hi: float) -> str:
 
 
 def _meaning(row: pd.Series, fitted_top: float) -> str:
-    """What a miss may mean; '' for a hit."""
-    if row["verdict"] != "miss":
-        return ""
+    """What a miss may mean, of the loss and of the gap to r = 1; '' for hits."""
     reach = f"{row['budget_flops'] / fitted_top:.3g}x the largest fitted budget"
-    if row["achieved"] > row["predicted_hi"]:
-        return (f"achieved worse than predicted: the law may be misspecified at these widths ({reach}), the "
-                f"learning rate may not transfer to width {int(row['width'])}, or noise (a "
-                "95% interval misses one run in twenty)")
-    return (f"achieved better than predicted: the law may be misspecified at these widths ({reach}: the loss "
-            "falls faster than it says), or noise (a 95% interval misses one run in twenty)")
+    chance = "or noise (a 95% interval misses one run in twenty)"
+    notes = []
+    if row["verdict"] == "miss" and row["achieved"] > row["predicted_hi"]:
+        notes.append(f"achieved worse than predicted: the law may be misspecified at these widths ({reach}), the "
+                     f"learning rate may not transfer to width {int(row['width'])}, {chance}")
+    elif row["verdict"] == "miss":
+        notes.append(f"achieved better than predicted: the law may be misspecified at these widths ({reach}: the "
+                     f"loss falls faster than it says), {chance}")
+    if row["gap_verdict"] == "miss":
+        notes.append("the achieved gap to r=1 lies outside its interval: a recurrence may be worth another phi at "
+                     f"these widths, the learning rate may transfer differently across r, {chance}")
+    return "; ".join(notes)
 
 
 def compare(fit: LawFit, runs: pd.DataFrame, options: FitOptions) -> pd.DataFrame:
     """The rung runs of ``runs`` (stage ``validate``) against ``fit``'s prediction at the sizes they trained;
-    empty when there are none."""
+    empty when there are none, or when the fit's stage takes them in (``--stage all``)."""
     rungs = runs[(runs["stage"] == STAGE)]
-    if rungs.empty:
+    if rungs.empty or options.stage in (None, STAGE):  # a fit that holds the rungs cannot check them
         return pd.DataFrame()
     trained = rungs.drop_duplicates(["budget_flops", "r"])[["budget_flops", "r", "width", "N_once", "N_rec",
                                                            "tokens"]]
     trained = trained.sort_values(["budget_flops", "r"]).reset_index(drop=True)
     predicted = predictions(fit, trained, noise_residuals(fit, runs, options))
-    fitted = runs[runs["stage"] == options.stage] if options.stage else runs
+    fitted = runs[runs["stage"] == options.stage]
     return verdicts(predicted, rungs[rungs["status"] == "ok"], float(fitted["budget_flops"].max()))
 
 

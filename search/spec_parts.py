@@ -310,7 +310,8 @@ class Rungs:
     @classmethod
     def parse(cls, t: Table, grid: Grid) -> "Rungs":
         table = Table(t.table("validate"), "[validate]", ("budgets",))
-        budgets = tuple(float(b) for b in table.list("budgets", (int, float)) or ())
+        listed = table.raw.get("budgets")  # an empty list drops a preset's rungs (--set 'validate.budgets=[]')
+        budgets = () if listed == [] else tuple(float(b) for b in table.list("budgets", (int, float)) or ())
         require(len(set(budgets)) == len(budgets), "[validate] budgets has duplicates")
         cls.check(grid, budgets, "[validate] budget")
         return cls(budgets=budgets)

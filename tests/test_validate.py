@@ -94,6 +94,9 @@ def test_a_miss_is_reported_as_a_miss_with_what_it_may_mean():
     assert all(len(line) <= 120 for line in text.splitlines())
     below = validation.verdicts(predicted, achieved.assign(val_loss=[inside, inside - 1.0]), fitted_top=1e19)
     assert below["verdict"].iloc[1] == "miss" and "better than predicted" in below["note"].iloc[1]
+    wide_gap = inside + predicted["gap_hi"].iloc[1] + 0.05  # the gap to r = 1 misses, whatever the loss does
+    gapped = validation.verdicts(predicted, achieved.assign(val_loss=[inside, wide_gap]), fitted_top=1e19)
+    assert gapped["gap_verdict"].iloc[1] == "miss" and "gap to r=1 lies outside" in gapped["note"].iloc[1]
     untrained = validation.verdicts(predicted, achieved.iloc[:1], fitted_top=1e19)
     assert untrained["verdict"].iloc[1] == "not trained"
 
@@ -249,3 +252,34 @@ class Validator(Driver):
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
+
+
+# ---- the plan and the presets (no Ray) ---------------------------------------------------------------------------
+def test_the_paper_preset_ends_with_a_rung_at_twice_its_top_budget_and_the_plan_prices_it():
+    from loopscale.analysis import numbers
+    from loopscale.search.plan.render import render_plan
+
+    paper = SweepSpec.from_toml("paper")
+    assert paper.rungs.budgets == (2 * max(paper.grid.budgets),)
+    text = render_plan(paper, None)
+    rung_flops = numbers.flops(paper.rungs.budgets[0] * len(paper.grid.recurrences))
+    assert f"validation rungs: {len(paper.grid.recurrences)} trials" in text and f"{rung_flops} FLOPs more" in text
+    # rungs follow the sweep: the same hash without them, so a sweep started before resumes
+    bare = SweepSpec.from_toml("paper", ["validate.budgets=[]"])
+    assert bare.rungs.budgets == () and bare.spec_hash == paper.spec_hash
+
+
+def test_demo_validate_adds_a_rung_per_r_at_twice_its_top_budget_and_a_validate_stage_to_the_estimate():
+    from loopscale.search.demo import demo_spec
+    from loopscale.search.plan.walltime import Throughput, estimate
+
+    plain, rungs = demo_spec(), demo_spec(validate=True)
+    assert plain.rungs.budgets == () and rungs.rungs.budgets == (2 * max(plain.grid.budgets),)
+    assert rungs.spec_hash == plain.spec_hash
+    throughput = Throughput(step_s=0.01, flops_per_s=1e10, setup_s=1.0, compile_s=0.0, side_by_side=2,
+                            device="cpu", shape="test")
+    with_rungs, without = estimate(rungs, throughput), estimate(plain, throughput)
+    assert "validate" in with_rungs.stages and "validate" not in without.stages
+    low, high, trials = with_rungs.stages["validate"]
+    assert trials == len(plain.grid.recurrences) and 0 < low <= high
+    assert with_rungs.sweep_s[0] == without.sweep_s[0] + low
