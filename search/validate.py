@@ -95,15 +95,16 @@ def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | N
         planned, rs = saved.request()
         raise ValueError(f"sweep {spec.name!r} already has its rungs (budgets "
                          f"{', '.join(f'{b:.3g}' for b in planned)}; r {', '.join(map(str, rs))}) in "
-                         f"{plan_file(spec).path}; ask for those, or remove that file with the validate runs")
+                         f"{plan_file(spec).path}; ask for those, or remove that file and the folder "
+                         f"{plan_file(spec).path.rsplit('/', 1)[0]}/{validation.STAGE} to plan others")
     options = DEFAULT_FIT_OPTIONS
     runs = load_runs(spec.name, spec.placement.tracking_uri)
     fitted = usable_runs(runs, stage=options.stage)["budget_flops"]
     if fitted.empty:
         raise ValueError(f"sweep {spec.name!r} has no usable search runs to fit a law to")
     fit = fit_joint_law(runs, options=options)
-    table = validation.rung_table(fit, budgets, recurrences, template=spec.grid.model_template(), batch_tokens=spec.grid.batch_tokens,
-                                  min_steps=spec.grid.min_steps)
+    table = validation.rung_table(fit, budgets, recurrences, template=spec.grid.model_template(),
+                                  batch_tokens=spec.grid.batch_tokens, min_steps=spec.grid.min_steps)
     table = validation.predictions(fit, table, validation.noise_residuals(fit, runs, options))
     return RungPlan(table, search_recipe(spec) if recipe is None else recipe, float(fitted.max()))
 

@@ -1,4 +1,4 @@
-"""One stage of a sweep (``calibrate`` or ``search``): one Tune run over all its cells, started afresh or
+"""One stage of a sweep (``calibrate``, ``search`` or ``validate``): one Tune run over all its cells, started afresh or
 restored after a crash, stopped cleanly when asked (``live.STOP``), then reconciled with MLflow so that every
 planned trial has its ended run."""
 
