@@ -191,10 +191,11 @@ def validation_figure(band: pd.DataFrame, optima: IsoflopResult, rungs: pd.DataF
         cells = ok[ok["r"] == r]
         ax.plot(cells["budget_flops"], cells["L_opt"], "o", ms=4, color=_color(i))
         mine = rungs[rungs["r"] == r]
+        x = mine["budget_flops"] * np.exp(0.03 * i)  # the r's of a rung side by side on the log axis
         err = np.vstack([mine["predicted"] - mine["predicted_lo"], mine["predicted_hi"] - mine["predicted"]])
-        ax.errorbar(mine["budget_flops"], mine["predicted"], yerr=np.clip(np.nan_to_num(err), 0, None), fmt="_",
+        ax.errorbar(x, mine["predicted"], yerr=np.clip(np.nan_to_num(err), 0, None), fmt="_",
                     ms=10, capsize=4, color=_color(i))
-        ax.plot(mine["budget_flops"], mine["achieved"], "*", ms=11, color=_color(i), markeredgecolor="black")
+        ax.plot(x, mine["achieved"], "*", ms=11, color=_color(i), markeredgecolor="black")
     ax.set_xscale("log")
     _log_ticks(ax.xaxis, _flops_tick)
     ax.set_xlabel("budget C (FLOPs)")

@@ -106,7 +106,10 @@ def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | N
     table = validation.rung_table(fit, budgets, recurrences, template=spec.grid.model_template(),
                                   batch_tokens=spec.grid.batch_tokens, min_steps=spec.grid.min_steps)
     table = validation.predictions(fit, table, validation.noise_residuals(fit, runs, options))
-    return RungPlan(table, search_recipe(spec) if recipe is None else recipe, float(fitted.max()))
+    recipe = search_recipe(spec) if recipe is None else recipe
+    if recipe and recipe.get("branch_budgets"):  # a rung's loss is its own run's end: branches would cost FLOPs only
+        recipe = {**recipe, "branch_budgets": []}
+    return RungPlan(table, recipe, float(fitted.max()))
 
 
 def search_recipe(spec: SweepSpec) -> dict[str, Any] | None:

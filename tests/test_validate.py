@@ -101,6 +101,19 @@ def test_a_miss_is_reported_as_a_miss_with_what_it_may_mean():
     assert untrained["verdict"].iloc[1] == "not trained"
 
 
+def test_analyze_compares_the_rungs_not_their_branch_points():
+    runs = law_runs(0.01)
+    own = {**rung(1), "val_loss": 2.5, "stage": "validate", "status": "ok", "branch_of": "", "run_id": "a"}
+    branch = {**rung(1, budget=2e19), "val_loss": 2.6, "stage": "validate", "status": "ok", "branch_of": "a",
+              "run_id": "a/branch0"}
+    table = pd.concat([runs.assign(branch_of="", run_id=[f"s{i}" for i in range(len(runs))]),
+                       pd.DataFrame([own, branch])], ignore_index=True)
+    fit = fit_joint_law(table, options=FAST)
+    compared = validation.compare(fit, table, FAST)
+    assert list(compared["budget_flops"]) == [3e19] and list(compared["achieved"]) == [2.5]
+    assert validation.compare(fit, table, FitOptions(n_starts=50, n_bootstrap=40, stage=None)).empty
+
+
 # ---- real sweeps -------------------------------------------------------------------------------------------------
 def write_sweep(folder: Path, **overrides) -> SweepSpec:
     folder.mkdir(parents=True, exist_ok=True)
