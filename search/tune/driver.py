@@ -158,7 +158,7 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
             print(f"rungs at {', '.join(f'{c:.3g}' for c in spec.rungs.budgets)} FLOPs: fitting the sweep's law",
                   flush=True)
             stages[STAGE] = _run_rungs(sweep, plan_rungs(spec, list(spec.rungs.budgets), recipe=recipe))
-        flops = flops_spent(spec, stages)
+        flops = flops_spent(spec, {k: v for k, v in stages.items() if k != STAGE})  # the rungs': printed apart
         with store_errors(spec.placement.tracking_uri):
             close_sweep(spec.placement.tracking_uri, parent, flops)
         state.save({**saved, "complete": True})
@@ -184,7 +184,8 @@ def _run_rungs(sweep: SweepContext, plan: RungPlan) -> StageOutcome:
     outcome = run_stage(sweep, STAGE, plan.recipe, plan.cells())
     with store_errors(sweep.spec.placement.tracking_uri):
         table = finish(sweep.spec, plan)
-    print("\n".join(validation_lines(table)), flush=True)
+    spent = sum(float(r["flops_spent"]) for r in outcome.results if finite(r.get("flops_spent")))
+    print("\n".join(validation_lines(table)) + f"\nthe rungs spent {flops_text(spent, None)}", flush=True)
     return outcome
 
 
