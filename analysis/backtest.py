@@ -3,7 +3,8 @@
 The question a reader of a scaling law asks first. The joint law is refitted on every usable run except those
 of the largest budget C_max (which needs at least two other budgets), then asked about C_max:
 
-* per r, the compute-optimal loss and width (``allocation_table`` on the refitted law) against the held-out
+* per r, the compute-optimal loss and width (``allocation_table`` on the refitted law; without a template
+  ``law_optimum.optimum_table``, the loss alone) against the held-out
   cells' measured IsoFLOP optima (``cell_optima``: the parabola's vertex and its bootstrap interval);
 * per held-out run, its loss predicted at its own (N_once, N_rec, r, D) against the measured one.
 
@@ -15,13 +16,13 @@ by the run noise the refit saw (its RMSE on both sides): "within the noise".
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .allocation import allocation_table
 from .fit import fit_joint_law
 from .fit_types import LawFit
 from .options import FitOptions
@@ -56,18 +57,21 @@ class Backtest:
                 f"{f', phi {self.fit.phi:.3f}' if self.fit.phi_applicable else ''}) "
                 f"predicts its {self.n_held_out} runs to {self.runs_rmse:.4f} nats RMSE")
         if s["cells_compared"]:
-            lo, hi = s["width_ratio_range"]
             line += (f"; optimal loss off by {s['loss_error_mean_abs']:.4f} nats on average, within the noise in "
-                     f"{s['cells_within_noise']} of {s['cells_compared']} cells; optimal width x{lo:.2f}-{hi:.2f}")
+                     f"{s['cells_within_noise']} of {s['cells_compared']} cells")
+        if s["width_ratio_range"]:  # None without a template: no width predicted
+            lo, hi = s["width_ratio_range"]
+            line += f"; optimal width x{lo:.2f}-{hi:.2f}"
         return line
 
 
-def backtest(runs: pd.DataFrame, optima: IsoflopResult, *, options: FitOptions, template: dict[str, Any] | None,
-             batch_tokens: int) -> Backtest | None:
+def backtest(runs: pd.DataFrame, optima: IsoflopResult, *, options: FitOptions,
+             allocate: Callable[[LawFit, list[float], list[int]], pd.DataFrame]) -> Backtest | None:
     """Refit without the largest budget and predict it; None when fewer than three budgets were run.
 
-    ``optima`` are the per-cell optima of all usable runs; ``template`` None skips the optimal-width prediction
-    (the runs' template is unknown) and keeps the per-run errors.
+    ``optima`` are the per-cell optima of all usable runs; ``allocate`` gives the refit's compute-optimal
+    models (a template's ``allocation_table``, or without one ``law_optimum.optimum_table``, which has no width
+    to predict).
     """
     used = usable_runs(runs, stage=options.stage)
     budgets = np.sort(used["budget_flops"].unique())
@@ -81,15 +85,13 @@ def backtest(runs: pd.DataFrame, optima: IsoflopResult, *, options: FitOptions, 
     recurrences = sorted(int(r) for r in test["r"].unique())
     measured = optima.table
     measured = measured[measured["budget_flops"] == held_out].set_index("r") if not measured.empty else measured
-    predicted = (allocation_table(fit, [held_out], recurrences, template=template, batch_tokens=batch_tokens)
-                 .set_index("r") if template is not None else None)
+    predicted = allocate(fit, [held_out], recurrences).set_index("r")
     rows = []
     for r in recurrences:
         row = {"r": r, "budget_flops": held_out, "L_pred": np.nan, "L_obs": np.nan, "L_obs_lo": np.nan,
                "L_obs_hi": np.nan, "loss_error": np.nan, "width_pred": np.nan, "width_obs": np.nan,
                "width_ratio": np.nan, "within": False}
-        if predicted is not None:
-            row.update(L_pred=predicted.loc[r, "loss"], width_pred=predicted.loc[r, "width"])
+        row.update(L_pred=predicted.loc[r, "loss"], width_pred=predicted.loc[r].get("width", np.nan))
         if r in measured.index and measured.loc[r, "status"] == "ok":
             cell = measured.loc[r]
             row.update(L_obs=cell["L_opt"], L_obs_lo=cell.get("L_lo", np.nan), L_obs_hi=cell.get("L_hi", np.nan),

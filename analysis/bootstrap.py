@@ -44,6 +44,10 @@ from .options import THETA, FitOptions
 
 BLOCK_LOSS_LIMIT = 0.10  # largest expected share of block resamples keeping too few r's or budgets (docstring)
 KEPT_LEVELS = 3          # levels of r and of budget a block resample must keep (all of them where fewer)
+# Iterations after which a resample's start still above twice its resample's best is dropped (analysis.optimize):
+# the starts other than the optimum sit in other basins of the full data, which a resample rarely prefers, and
+# on their plateaus they would otherwise crawl for the optimiser's default 500 iterations.
+BOOTSTRAP_PRUNE_AFTER = 50
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +164,7 @@ def _refit(problem: FitProblem, theta: np.ndarray, main: BatchResult, *, weights
         return objective(x, rows_data, rows_weights[rows], options.delta)
 
     result = minimize_batch(batch, starts, problem.lower, problem.upper, max_iter=options.max_iter,
-                            groups=np.repeat(np.arange(n_boot), per))
+                            groups=np.repeat(np.arange(n_boot), per), prune_after=BOOTSTRAP_PRUNE_AFTER)
     f = result.f.reshape(n_boot, per)
     choice = np.argmin(f, axis=1)
     flat = np.arange(n_boot) * per + choice

@@ -108,10 +108,15 @@ def _law_source(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracking_argument(parser: argparse.ArgumentParser) -> None:
+    """--tracking-uri, and --columns: where the runs come from and how their columns read."""
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, sqlite:///path/mlflow.db or http(s)://server "
                              "(default: $MLFLOW_TRACKING_URI, else the search's sqlite:///<cwd>/loopscale-runs/"
                              "mlflow.db)")
+    parser.add_argument("--columns", default=None, metavar="TARGET=SOURCE[*FACTOR],...",
+                        help="read the runs table's column SOURCE as the format's column TARGET, times FACTOR "
+                             "for a unit, e.g. val_loss=loss,N_once=params,budget_flops=gflops*1e9 "
+                             "(docs/runs_table.md)")
 
 
 def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) -> None:
@@ -125,7 +130,8 @@ def _fit_arguments(parser: argparse.ArgumentParser, *, fix_phi: bool = False) ->
     group.add_argument("--stage", default="search",
                        help="fit only runs of this stage; 'all' for every stage (default search)")
     group.add_argument("--n-starts", type=int, default=500,
-                       help=f"random optimiser starts (default 500, at most {MAX_STARTS:,}: each is one more fit)")
+                       help=f"most optimiser starts: the best local minima of the projected exponent grid "
+                            f"(default 500, at most {MAX_STARTS:,}; a fit finds a few)")
     group.add_argument("--n-bootstrap", type=int, default=200,
                        help=f"bootstrap resamples behind the intervals (default 200, at most "
                             f"{MAX_BOOTSTRAP:,}: memory grows with resamples x runs; a runs table holds at most "
@@ -146,21 +152,21 @@ def _options(args: argparse.Namespace) -> FitOptions:
 def run_analyze(args: argparse.Namespace) -> int:
     options = _options(args)  # first: bounds and choices refused before any work
     analyze_experiment(args.experiment, args.tracking_uri, out=args.out, options=options,
-                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log)
+                       budgets=args.budgets, recurrences=args.recurrences, log=not args.no_log, columns=args.columns)
     return 0
 
 
 def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out: Path | None = None,
                        options: FitOptions = DEFAULT_FIT_OPTIONS, budgets: list[float] | None = None,
-                       recurrences: list[int] | None = None, log: bool = True) -> Path:
-    """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file), write its tables and
-    plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the summary, and log an analysis run
-    when the runs came from MLflow and ``log``."""
+                       recurrences: list[int] | None = None, log: bool = True, columns: str | None = None) -> Path:
+    """``loopscale analyze``: fit ``experiment`` (an MLflow experiment or a runs file, its columns mapped by
+    ``columns``), write its tables and plots to ``out`` (returned; default ``DEFAULT_OUT/<name>``), print the
+    summary, and log an analysis run when the runs came from MLflow and ``log``."""
     from .report import analyze
     from .runs import usable_runs
 
     _check_out(out, folder=True)
-    runs = _load(experiment, tracking_uri)
+    runs = _load(experiment, tracking_uri, columns)
     name = Path(experiment).stem if runs.attrs.get("tracking_uri") is None else experiment
     out = out or DEFAULT_OUT / name
     _check_out(out, folder=True)
@@ -192,12 +198,12 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     return out
 
 
-def _load(experiment: str, tracking_uri: str | None):
-    """``load_runs``, and a warning line on stderr for runs whose tokens disagree with their budgets (refused when
-    all do: ``runs.budget_disagreement``)."""
+def _load(experiment: str, tracking_uri: str | None, columns: str | None):
+    """``load_runs`` (``columns``: --columns), and a warning line on stderr for runs whose tokens disagree with
+    their budgets (refused when all do: ``runs.budget_disagreement``)."""
     from .runs import budget_disagreement, load_runs
 
-    runs = load_runs(experiment, tracking_uri)
+    runs = load_runs(experiment, tracking_uri, columns=columns)
     disagreement = budget_disagreement(runs, experiment)
     if disagreement:
         say(f"loopscale: warning: {disagreement}", file=sys.stderr)
@@ -236,20 +242,25 @@ def _check_out(out: Path | None, *, folder: bool) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from .allocation import allocation_table, buildable, readable
+    from .allocation import allocation_table, readable
     from .intervals import spread_of, with_intervals
+    from .law_optimum import optimum_table, short_table
     from .tables import render
 
     _check_out(args.out, folder=False)
     options = _options(args)
-    law, template, batch_tokens, budgets, recurrences = law_for(args, options, args.budgets, args.recurrences)
-    extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
-    table = allocation_table(law, budgets, recurrences, template=template, **extra)
+    law, template, batch_tokens, budgets, recurrences, costs = law_for(args, options, args.budgets,
+                                                                       args.recurrences)
     spread, note = spread_of(law)
-    table = with_intervals(table, spread, template=template, **extra)
+    if costs is None:
+        extra = {"batch_tokens": batch_tokens} if batch_tokens else {}
+        table = allocation_table(law, budgets, recurrences, template=template, **extra)
+        table = with_intervals(table, spread, template=template, **extra)
+    else:
+        table = optimum_table(law, budgets, recurrences, costs=costs, spread=spread)
     print(f"intervals: {note}", file=sys.stderr)
     if not args.full:
-        table = buildable(table)
+        table = short_table(table)
         if args.format in ("md", "latex"):
             table = readable(table)
     text = render(table, args.format)
@@ -265,11 +276,13 @@ def run_export(args: argparse.Namespace) -> int:
 def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] | None,
             recurrences: list[int] | None):
     """The law export and predict use, with what sizes its models: (LawFit or the published JointLaw, template,
-    batch_tokens or None for the paper's, budgets, recurrences), ``budgets`` and ``recurrences`` where given,
-    else the sweep's (the paper's for --law paper). Each (budget, r) and ``args.width`` (predict's) are checked
-    before any fit (``predict.check_requests``), and a sweep of a single r answers for another r only under a
-    phi given by --fix-phi: its fit holds phi at 0, an assumption no output line would state. Fitting a sweep
-    prints its fit on stderr; budgets outside those fitted get a warning."""
+    batch_tokens or None for the paper's, budgets, recurrences, costs), ``budgets`` and ``recurrences`` where
+    given, else the sweep's (the paper's for --law paper). ``costs`` is None where the template builds the runs'
+    models, else their ``law_optimum.RunCosts``: no template sizes them, and the law's own compute-optimal N and
+    D answer, a line on stderr says so. Each (budget, r) and ``args.width`` (predict's) are checked before any
+    fit (``predict.check_requests``), and a sweep of a single r answers for another r only under a phi given by
+    --fix-phi: its fit holds phi at 0, an assumption no output line would state. Fitting a sweep prints its fit
+    on stderr; budgets outside those fitted get a warning."""
     from loopscale.model import PAPER_LAW
 
     from .compare import excluded_text
@@ -277,6 +290,7 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     from .flops import PAPER_GRID, PAPER_RECURRENCES
     from .identify import likely_fixes, with_identification
     from .isoflop import cell_optima
+    from .law_optimum import RunCosts
     from .report import template_mismatch
     from .predict import check_requests
     from .runs import template_of, usable_runs
@@ -284,19 +298,20 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
 
     width = getattr(args, "width", None)
     if args.law == "paper":
+        if args.columns is not None:
+            raise ValueError("--columns maps the columns of a runs table; --law paper reads none")
         if options.fix_phi is not None:
             raise ValueError("--fix-phi holds phi in a fit of a sweep; --law paper is the published law, phi 0.459")
         check_requests(budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), width, None,
                        PAPER_BATCH_TOKENS)
         if budgets:
             warn_extrapolation(budgets, list(PAPER_GRID))
-        return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES)
-    runs = _load(args.experiment, args.tracking_uri)
+        return PAPER_LAW, None, None, budgets or list(PAPER_GRID), recurrences or list(PAPER_RECURRENCES), None
+    runs = _load(args.experiment, args.tracking_uri, args.columns)
     used = usable_runs(runs, stage=options.stage)
     template, batch_tokens, _ = template_of(runs)
     mismatch = template_mismatch(used, template)
-    if mismatch:
-        raise ValueError(f"cannot size models for {args.experiment}: {mismatch}")
+    costs = RunCosts.of(used) if mismatch else None
     given = budgets
     budgets = budgets or sorted(used["budget_flops"].unique())
     measured = sorted(int(r) for r in used["r"].unique())
@@ -305,9 +320,15 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     if len(measured) == 1 and others and options.fix_phi is None:  # the fit would hold phi at 0 (fit.py)
         raise ValueError(f"{args.experiment} has runs of one r only (r={measured[0]}): at r={others[0]} phi is not "
                          "measured; pass --fix-phi VALUE to say which phi (0: a recurrence adds no capacity)")
-    check_requests(budgets, recurrences, width, template, batch_tokens)
+    if costs is None:
+        check_requests(budgets, recurrences, width, template, batch_tokens)
+    else:
+        costs.check(recurrences)
+        if width is not None:
+            raise ValueError(f"--width needs a template that builds the runs' models, and none does for "
+                             f"{args.experiment} ({mismatch})")
     law = fit_joint_law(runs, options=options)
-    if law.fixed_phi is None:
+    if law.phi_applicable and law.fixed_phi is None:  # a single-r fit has no phi to identify
         law = with_identification(law, fit_joint_law(runs, options=options, fix_phi=0.0, n_bootstrap=0),
                                   options.bounds)
     say(f"{args.experiment}: fitted {law.n_runs} runs [{law.status.value}]; excluded "
@@ -317,7 +338,10 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
         say(line, file=sys.stderr)
     if given:
         warn_extrapolation(budgets, used["budget_flops"])
-    return law, template, batch_tokens, budgets, recurrences
+    if costs is not None:
+        say(f"no template sizes the runs of {args.experiment} ({mismatch}): the law's compute-optimal N and D "
+            f"under {costs.note}", file=sys.stderr)
+    return law, template, batch_tokens, budgets, recurrences, costs
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -325,9 +349,10 @@ def run_predict(args: argparse.Namespace) -> int:
     from .sizes import PAPER_BATCH_TOKENS
 
     options = _options(args)
-    law, template, batch_tokens, _, _ = law_for(args, options, [args.budget], [args.r])
+    law, template, batch_tokens, _, _, costs = law_for(args, options, [args.budget], [args.r])
     batch_tokens = batch_tokens or PAPER_BATCH_TOKENS
-    result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens)
+    result = predict(law, args.budget, args.r, width=args.width, template=template, batch_tokens=batch_tokens,
+                     costs=costs)
     print("\n".join(prediction_lines(result, batch_tokens)))
     return 0
 
@@ -353,8 +378,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from .compare import compare_runs
 
     options = _options(args)
-    runs_a = _load(args.experiment_a, args.tracking_uri)
-    runs_b = _load(args.experiment_b, args.tracking_uri)
+    runs_a = _load(args.experiment_a, args.tracking_uri, args.columns)
+    runs_b = _load(args.experiment_b, args.tracking_uri, args.columns)
     result = compare_runs(runs_a, runs_b, name_a=args.experiment_a, name_b=args.experiment_b, options=options,
                           all_budgets=args.all_budgets)
     result = dataclasses.replace(result, spec_notes=tuple(spec_notes(args.experiment_a, runs_a, args.experiment_b,

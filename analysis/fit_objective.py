@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fit_problem import FitData
+from .optimize import BatchObjective
 
 
 def objective(theta: np.ndarray, data: FitData, weights: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -46,3 +47,9 @@ def objective(theta: np.ndarray, data: FitData, weights: np.ndarray, delta: floa
     grad = np.stack([p1.sum(1), -(p1 * log_n_eff).sum(1), p2.sum(1), -(p2 * data.log_d).sum(1), p3.sum(1),
                      -(alpha[:, 0] * (p1 * dlog_neff_dphi).sum(1))], axis=1)
     return f, grad
+
+
+def unweighted_objective(data: FitData, delta: float) -> BatchObjective:
+    """``objective`` with every run weighted 1, as ``analysis.optimize.minimize_batch`` calls it."""
+    ones = np.ones((1, data.n_runs))
+    return lambda x, rows: objective(x, data, ones, delta)

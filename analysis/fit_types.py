@@ -54,8 +54,8 @@ class LawFit:
     n_runs: int
     n_cells: int
     n_shared_trials: int             # trials whose branch points the block bootstrap resampled with them
-    n_starts: int
-    n_starts_at_best: int            # starts that ended at the best objective: evidence of a global optimum
+    n_starts: int                    # starts the fit ran: the projected grid's local minima (analysis.projection)
+    n_starts_at_best: int            # starts that ended at the best objective
     n_bootstrap: int
     interval: str
     bootstrap_stopped_early: int

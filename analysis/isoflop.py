@@ -101,10 +101,11 @@ def _cell(cell: pd.DataFrame, n_bootstrap: int, rng: np.random.Generator, tail: 
 
     interp = _interpolators(cell, x)
     n_opt = np.exp(vertex)
-    d_opt = interp["tokens"](vertex)
+    d_opt = float(interp["tokens"](vertex))
+    # float(): a column the table lacks (width) interpolates to a 0-d NaN array, which no JSON writer takes
     row.update(N_opt=n_opt, D_opt=d_opt, L_opt=_parabola(coef, center, vertex),
-               N_once_opt=interp["N_once"](vertex), N_rec_opt=interp["N_rec"](vertex),
-               width_opt=interp["width"](vertex), tokens_per_param=d_opt / n_opt)
+               N_once_opt=float(interp["N_once"](vertex)), N_rec_opt=float(interp["N_rec"](vertex)),
+               width_opt=float(interp["width"](vertex)), tokens_per_param=d_opt / n_opt)
 
     residual = y - design @ coef
     noise = None

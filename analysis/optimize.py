@@ -62,12 +62,14 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
                    max_iter: int = 1000, gtol: float = 1e-10, ftol: float = 1e-13,
                    armijo: float = 1e-4, max_halvings: int = 50, groups: np.ndarray | None = None,
                    prune_after: int = 500, prune_factor: float = 2.0) -> BatchResult:
-    """Minimise K independent problems from starts ``x0`` (K, p) within ``lower <= x <= upper`` (p,).
+    """Minimise K independent problems from starts ``x0`` (K, p) within ``lower <= x <= upper``, bounds shared (p,)
+    or per problem (K, p).
 
     Variables with ``lower == upper`` stay fixed at that value. ``groups`` (K,) labels the problems that are
     starts of the same fit (default: all one group) for pruning.
     """
     n_problems, p = x0.shape
+    lower, upper = np.broadcast_to(lower, x0.shape), np.broadcast_to(upper, x0.shape)
     x = np.clip(x0, lower, upper)
     f, g = _evaluate(fun, x, np.arange(n_problems))
     h_inv = np.tile(np.eye(p), (n_problems, 1, 1))
@@ -82,7 +84,8 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
         if rows.size == 0:
             break
         xa, fa, ga, ha = x[rows], f[rows], g[rows], h_inv[rows]
-        free = ~(fixed | ((xa <= lower) & (ga > 0)) | ((xa >= upper) & (ga < 0)))
+        lo, hi = lower[rows], upper[rows]
+        free = ~(fixed[rows] | ((xa <= lo) & (ga > 0)) | ((xa >= hi) & (ga < 0)))
         g_free = ga * free
         at_gtol = np.abs(g_free).max(axis=1) <= gtol
         d = -np.einsum("kij,kj->ki", ha, g_free) * free
@@ -101,7 +104,8 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, lower: np.ndarray, upper
             m = 1 if tried == 0 else min(LADDER, max_halvings - tried)
             trial = np.flatnonzero(searching)
             steps = t[trial, None] * 0.5 ** np.arange(m)  # (n, m)
-            xt = np.clip(xa[trial, None, :] + steps[..., None] * d[trial, None, :], lower, upper).reshape(-1, p)
+            xt = np.clip(xa[trial, None, :] + steps[..., None] * d[trial, None, :], lo[trial, None, :],
+                         hi[trial, None, :]).reshape(-1, p)
             ft, gt = _evaluate(fun, xt, np.repeat(rows[trial], m))
             x0 = np.repeat(xa[trial], m, axis=0)
             ok = np.isfinite(ft) & (ft <= np.repeat(fa[trial], m)

@@ -54,6 +54,9 @@ DEFAULT_BOUNDS = Bounds()
 class FitOptions:
     """How ``fit_joint_law`` fits. Defaults follow the paper.
 
+    n_starts: at most this many starts of the 6-parameter fit: the local minima of the objective over a grid of
+        the exponents, with E, A and B solved at each grid point (analysis.projection), best first; the paper
+        takes 500 random starts, which find the same optimum (tests/test_fit_projection.py).
     data: "all" runs, only the per-r Pareto "frontier", or the per-cell IsoFLOP "optima" (analysis.isoflop).
     stage: only runs of this stage are fitted (None: every stage).
     fix_phi: hold phi at this value (0 and 1 are the paper's restricted fits; a per-r fit with phi = 0 is a

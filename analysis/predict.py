@@ -19,6 +19,7 @@ from . import numbers
 from .allocation import allocation_table
 from .fit_types import LawFit
 from .intervals import LawSpread, spread_of, with_intervals
+from .law_optimum import RunCosts, optimum_table
 from .sizes import PAPER_BATCH_TOKENS, SizeCurve
 
 
@@ -38,12 +39,19 @@ def check_requests(budgets: list[float], recurrences: list[int], width: int | No
 
 
 def predict(law: LawFit | JointLaw, budget: float, r: int, *, width: int | None = None,
-            template: dict[str, Any] | None = None, batch_tokens: int = PAPER_BATCH_TOKENS) -> dict[str, Any]:
+            template: dict[str, Any] | None = None, batch_tokens: int = PAPER_BATCH_TOKENS,
+            costs: RunCosts | None = None) -> dict[str, Any]:
     """The compute-optimal model at (``budget``, ``r``) (the ``allocation_table`` row with its ``_lo``/``_hi``
     intervals), plus for ``width`` (``asked_width``): ``width_tokens``, ``width_N`` and ``width_loss`` with
-    ``width_loss_lo``/``_hi``; and ``note``, where the intervals come from."""
-    check_requests([budget], [r], width, template, batch_tokens)
+    ``width_loss_lo``/``_hi``; and ``note``, where the intervals come from. With ``costs`` (runs no template
+    builds) the row of ``law_optimum.optimum_table`` instead, and no width."""
     spread, note = spread_of(law)
+    if costs is not None:
+        if width is not None:
+            raise ValueError("a width needs a template that builds the runs' models")
+        row = optimum_table(law, [budget], [r], costs=costs, spread=spread).iloc[0].to_dict()
+        return {**row, "note": note}
+    check_requests([budget], [r], width, template, batch_tokens)
     row = with_intervals(allocation_table(law, [budget], [r], template=template, batch_tokens=batch_tokens),
                          spread, template=template, batch_tokens=batch_tokens).iloc[0].to_dict()
     row["note"] = note
@@ -77,7 +85,10 @@ def prediction_lines(p: dict[str, Any], batch_tokens: int) -> list[str]:
              f"compute-optimal: N {with_range(p['N'], 'N', numbers.count)}, D "
              f"{with_range(p['tokens'], 'tokens', numbers.count)} tokens, loss "
              f"{with_range(p['loss'], 'loss', numbers.loss)} nats"]
-    if np.isfinite(p["width_built"]):
+    if "flops_per_param_token" in p:  # a law optimum (law_optimum.py): what it took a FLOP to cost
+        lines.append(f"cost: C = k N D with k = {numbers.sig(p['flops_per_param_token'])} FLOPs per token and "
+                     "parameter; no template builds these runs, so no width is given")
+    if np.isfinite(p.get("width_built", np.nan)):  # a law optimum without a template builds no model
         lines.append(f"buildable: width {int(p['width_built'])} ({int(p['heads_built'])} heads), N "
                      f"{with_range(p['N_built'], 'N_built', numbers.count)}, D "
                      f"{with_range(p['tokens_built'], 'tokens_built', numbers.count)} tokens, loss "

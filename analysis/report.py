@@ -13,6 +13,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from .frontier import MIN_CELLS, pareto_frontier, power_laws
 from .intervals import spread_of, with_intervals
 from .identify import likely_fixes
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
+from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
 from .plots import (frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save,
                     validation_figure)
@@ -53,8 +55,8 @@ class Analysis:
     frontier: pd.DataFrame
     power_laws: pd.DataFrame
     suite: FitSuite
-    allocation: pd.DataFrame | None
-    law_curves: pd.DataFrame | None
+    allocation: pd.DataFrame  # a template's allocation table, or the law's optimum (analysis/law_optimum.py)
+    law_curves: pd.DataFrame
     template_note: str
     seconds: float
     backtest: Backtest | None = None
@@ -74,13 +76,14 @@ class Analysis:
             "experiment": self.name, "unfinished": self.unfinished or None,
             "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
             "excluded": excluded.to_dict(orient="records"),
-            "joint": joint.to_dict(), "phi0": self.suite.phi0.to_dict(), "phi1": self.suite.phi1.to_dict(),
+            "joint": joint.to_dict(), **{name: fit.to_dict() if fit else None for name, fit in
+                                         (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
             "gap_to_r1": self.gap_ranges(),
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
-            "flops_spent": flops_spent(self.runs),
+            "flops_spent": flops_spent(self.runs) if self.runs["flops_spent"].notna().any() else None,
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
             "validation": self.validation.to_dict(orient="records"),
@@ -88,7 +91,7 @@ class Analysis:
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
-        if self.allocation is None or not self.suite.joint.phi_applicable:
+        if not self.suite.joint.phi_applicable:
             return {}
         looped = self.allocation[self.allocation["r"] > 1]
         return {str(int(r)): [float(g["loss_gap_to_r1"].min()), float(g["loss_gap_to_r1"].max())]
@@ -101,9 +104,7 @@ class Analysis:
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                   f"{_phi_line(joint)} [{joint.status.value}]", *_constant_lines(joint),
-                  "R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(joint.r2, self.suite.phi0.r2,
-                                                                          self.suite.phi1.r2)
-                  + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(self.suite.per_r.items()))]
+                  _r2_line(self.suite)]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
@@ -113,8 +114,9 @@ class Analysis:
         lines += validation.lines(self.validation, joint.confidence)
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
-        lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
-                     + ", ".join(f"{k} {numbers.flops(v)}" for k, v in spent["per_cell"].items()))
+        if spent is not None:
+            lines.append(f"spent: {flops_text(spent['total'], spent['paper_grid'])}; per cell "
+                         + ", ".join(f"{k} {numbers.flops(v)}" for k, v in spent["per_cell"].items()))
         if s["cells_flagged"]:
             reasons = pd.Series([c["reason"] for c in s["cells_flagged"]]).value_counts()
             lines.append(f"cells without a usable IsoFLOP optimum: {len(s['cells_flagged'])} of "
@@ -123,14 +125,13 @@ class Analysis:
         if joint.warnings:
             lines += [f"warning: {problem}" for problem in joint.warnings]
             lines += [f"  likely fix: {fix}" for fix in s["likely_fixes"]]
-        if self.allocation is None:
-            lines.append(f"allocation table skipped: {self.template_note}")
+        if "width_built" in self.allocation:
+            lines.append("compute-optimal models under the fitted law (buildable; every column: tables/allocation):")
         else:
-            lines.append("compute-optimal models under the fitted law (buildable; every column: "
+            lines.append(f"compute-optimal N and D under the fitted law; {self.template_note} (every column: "
                          "tables/allocation):")
-            lines.append(f"intervals: {spread_of(joint)[1]}")
-            return numbers.wrap("\n".join(lines)) + "\n" + readable(buildable(self.allocation)).to_string(index=False)
-        return numbers.wrap("\n".join(lines))
+        lines.append(f"intervals: {spread_of(joint)[1]}")
+        return numbers.wrap("\n".join(lines)) + "\n" + readable(short_table(self.allocation)).to_string(index=False)
 
     def write(self, out_dir: Path) -> list[Path]:
         """Write tables, figures and the summary as the folder ``out_dir``, which is replaced as a whole
@@ -163,8 +164,7 @@ class Analysis:
                    "frontier": frontier_figure(used, self.frontier, self.law_curves),
                    "residuals": residual_figure(fit_rows(self.runs, self.options), self.suite.joint),
                    "phi_bootstrap": phi_figure(self.suite.joint)}
-        if self.law_curves is not None:
-            figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
+        figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
         if self.validation_band is not None:
             figures["validation"] = validation_figure(self.validation_band, self.optima, self.validation)
         return figures
@@ -173,9 +173,10 @@ class Analysis:
         """(metrics, params, tags) of the analysis run."""
         joint = self.suite.joint
         metrics = {"E": joint.E, "A": joint.A, "alpha": joint.alpha, "B": joint.B, "beta": joint.beta,
-                   "r2_joint": joint.r2,
-                   "r2_phi0": self.suite.phi0.r2, "r2_phi1": self.suite.phi1.r2, "rmse_joint": joint.rmse,
+                   "r2_joint": joint.r2, "rmse_joint": joint.rmse,
                    "runs_used": len(self.used), "runs_excluded": len(self.runs) - len(self.used)}
+        if self.suite.restricted:
+            metrics.update(r2_phi0=self.suite.phi0.r2, r2_phi1=self.suite.phi1.r2)
         if joint.phi_applicable:
             metrics.update(phi=joint.phi, phi_lo=joint.phi_ci[0], phi_hi=joint.phi_ci[1])
         metrics.update({f"r2_r{r}": f.r2 for r, f in self.suite.per_r.items()})
@@ -204,6 +205,13 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
         counts = exclusions(runs, stage=options.stage)
         detail = "; ".join(f"{c} {s} ({why})" for s, why, c in counts.itertuples(index=False))
         raise ValueError(f"no usable runs in {name or 'the table'}: {detail or 'none ok'}")
+    budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
+    recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
+    template, batch_tokens, note = template_of(runs)
+    mismatch = template_mismatch(used, template)
+    costs = RunCosts.of(used) if mismatch else None  # no template builds the runs: the law's own optimum
+    if costs is not None:
+        costs.check(recurrences)
     say(f"{len(used)} runs in {used.groupby(['budget_flops', 'r']).ngroups} cells: IsoFLOP optima, frontier, "
         "power laws")
     optima = cell_optima(used, stage=None, n_bootstrap=options.n_bootstrap, seed=options.seed,
@@ -211,24 +219,21 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     frontier = pareto_frontier(used, stage=None)
     laws = power_laws(optima, confidence=options.confidence)
     suite = fit_suite(runs, options=options, progress=say)
-    budgets = sorted(used["budget_flops"].unique()) if budgets is None else list(budgets)
-    recurrences = sorted(int(r) for r in used["r"].unique()) if recurrences is None else list(recurrences)
-    template, batch_tokens, note = template_of(runs)
-    mismatch = template_mismatch(used, template)
-    allocation = law_curves = None
-    if mismatch:
-        note = mismatch
+    say("allocation tables")
+    fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
+    if costs is not None:
+        allocation = optimum_table(suite.joint, budgets, recurrences, costs=costs, spread=spread_of(suite.joint)[0])
+        law_curves = optimum_table(suite.joint, fine, recurrences, costs=costs)
+        note = f"no template builds these runs ({mismatch}); {costs.note}"
     else:
-        say("allocation tables")
         allocation = with_intervals(allocation_table(suite.joint, budgets, recurrences, template=template,
                                                      batch_tokens=batch_tokens), spread_of(suite.joint)[0],
                                     template=template, batch_tokens=batch_tokens)
-        fine = np.geomspace(min(budgets) / 2, max(budgets) * 2, LAW_CURVE_POINTS)
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
     say("backtest: the law refitted without the largest budget (when 3 or more were run)")
-    held_out = backtest(runs, optima, options=options, template=None if mismatch else template,
-                        batch_tokens=batch_tokens)
+    held_out = backtest(runs, optima, options=options, allocate=partial(optimum_table, costs=costs) if costs else
+                        partial(allocation_table, template=template, batch_tokens=batch_tokens))
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
                         seconds=time.perf_counter() - start, backtest=held_out)
@@ -238,6 +243,14 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
                                                    template=template, batch_tokens=batch_tokens)
     analysis.tables = _tables(analysis)
     return analysis
+
+
+def _r2_line(suite: FitSuite) -> str:
+    """R^2 of the joint fit, and of the paper's comparison fits where there are any (runs of several r)."""
+    if not suite.restricted:
+        return f"R^2: {suite.joint.r2:.4f}"
+    return ("R^2: joint {:.4f} | phi=0 {:.4f} | phi=1 {:.4f}".format(suite.joint.r2, suite.phi0.r2, suite.phi1.r2)
+            + "".join(f" | r={r} {f.r2:.4f}" for r, f in sorted(suite.per_r.items())))
 
 
 def _phi_line(joint: LawFit) -> str:
@@ -292,8 +305,8 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
               "excluded": exclusions(a.runs, stage=a.options.stage),
               "excluded_runs": excluded_runs(a.runs, stage=a.options.stage),
               "gaps_measured": cell_gaps(a.optima.table) if "L_opt" in a.optima.table else pd.DataFrame()}
-    if a.allocation is not None:
-        tables["allocation"] = a.allocation
+    tables["allocation"] = a.allocation
+    if "width_built" in a.allocation:
         tables["allocation_buildable"] = buildable(a.allocation)
     if a.backtest is not None:
         tables["backtest"] = a.backtest.cells

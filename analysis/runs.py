@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from . import numbers
+from .column_map import apply_columns, parse_columns
 from .options import MAX_RUNS
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 from .store import BRANCH_COLUMN, OPTIONS_PARAM
@@ -33,20 +34,27 @@ EXTRA_COLUMNS = ("lr", "seed", "objective", "reason", "cell", "s", "batch_tokens
 NUMERIC_COLUMNS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                    "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # What a fit cannot do without; the other columns are filled with NaN (or a default) when a file lacks them.
+# A table without ``r`` is a plain (non-looped) study: r = 1 and, where it lacks N_rec too, N_rec = 0.
 REQUIRED_COLUMNS = ("r", "budget_flops", "N_once", "N_rec", "tokens", "val_loss")
+PLAIN_STUDY = {"r": 1, "N_rec": 0}
+# Every column of the format docs/runs_table.md documents (and ``--columns`` may map to), ``template.<key>`` aside.
+TABLE_COLUMNS = (*REQUIRED_COLUMNS, "width", "flops_per_token", "status", "reason", "stage", "run_id", "sweep",
+                 "flops_spent", "N_embed", "lr", "seed", "s", "batch_tokens")
 FILE_SUFFIXES = (".csv", ".parquet", ".pq")
 MAX_MAGNITUDE = 1e60  # far beyond any FLOP, token or parameter count; 1e308 overflowed the fit
 ORDER = ("stage", "budget_flops", "r", "width", "s", "run_id")  # rows read from MLflow, sorted
 
 
-def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.DataFrame:
+def load_runs(experiment: str | Path, tracking_uri: str | None = None, columns: str | None = None) -> pd.DataFrame:
     """The validated runs table of an MLflow experiment (= sweep name), or of a CSV / parquet file.
 
     ``experiment`` naming an existing file (or ending in .csv / .parquet) is read as a file; anything else is
     an experiment name looked up at ``tracking_uri`` (default: $MLFLOW_TRACKING_URI, else the search's store,
-    sqlite:///<cwd>/loopscale-runs/mlflow.db). Every problem with the input is a ValueError with one clear line,
+    sqlite:///<cwd>/loopscale-runs/mlflow.db). ``columns`` maps the table's own columns to the format's, as
+    ``--columns`` does (``column_map``). Every problem with the input is a ValueError with one clear line,
     raised before any write.
     """
+    mapping = parse_columns(columns, TABLE_COLUMNS) if columns is not None else ()
     source = str(experiment)
     path = Path(source)
     if path.suffix.lower() in FILE_SUFFIXES or path.is_file():
@@ -60,6 +68,8 @@ def load_runs(experiment: str | Path, tracking_uri: str | None = None) -> pd.Dat
         table = pd.DataFrame(rows)
         origin = {"source": source, "tracking_uri": uri}
         default_sweep = source
+    if mapping:
+        table = apply_columns(table, mapping, source)
     runs = validate_runs(table, default_sweep=default_sweep)
     if origin["tracking_uri"] is not None:
         # MLflow returns runs newest first, an order that a resumed or repeated sweep changes; the fit's sums and
@@ -84,6 +94,8 @@ def validate_runs(table: pd.DataFrame, *, default_sweep: str = "") -> pd.DataFra
     """Check and normalise a raw runs table; rows marked ok with unusable numbers become status 'invalid'."""
     if table.empty:
         raise ValueError(f"no runs in {default_sweep or 'the table'}")
+    if "r" not in table.columns:
+        table = table.assign(**{c: v for c, v in PLAIN_STUDY.items() if c not in table.columns})
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"runs table lacks column(s) {', '.join(missing)}")

@@ -56,6 +56,7 @@ from loopscale.objectives.trial import is_branch_key
 
 from .spec import SweepSpec
 from .stopping import StoreFailure
+from .store_template import write_empty_store
 from .ui import VIEW_TAG, loss_tag, runs_view, view_tags
 
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
@@ -165,7 +166,8 @@ def ready_store(uri: str) -> None:
     opening one fresh store at once both run them and the loser leaves the database half-migrated (mlflow#4123;
     seen with 8 at once in tests/test_concurrency.py), and so does a driver killed while it runs them. A
     half-migrated store is unreadable for good, so a new one is built under a temporary name and renamed into
-    place when complete. An HTTP server migrates its own store once."""
+    place when complete (a copy of an empty one: ``store_template``). An HTTP server migrates its own store
+    once."""
     database = sqlite_path(uri)
     if database is None or uri in _READY_STORES:
         return
@@ -176,8 +178,8 @@ def ready_store(uri: str) -> None:
             for stale in database.parent.glob(f"{database.name}.*.new"):  # left by a creator that was killed
                 stale.unlink()
             scratch = database.with_name(f"{database.name}.{os.getpid()}.new")
-            MlflowClient(f"sqlite:///{scratch}").search_experiments(max_results=1)  # MLflow builds it on first use
-            os.replace(scratch, database)  # sqlite's default rollback journal: every migration is in the file
+            write_empty_store(scratch)
+            os.replace(scratch, database)
         MlflowClient(uri).search_experiments(max_results=1)  # an existing store: MLflow checks its schema
     _READY_STORES.add(uri)
 
@@ -399,7 +401,11 @@ class TrialTracker:
         status = str(result.get("status", "ok"))
         reason = str(result.get("reason", "")) or ("" if status == "ok" else f"trial reported status {status}")
         now_ms, step = int(time.time() * 1000), int(result.get("steps", 0) or 0)
-        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS if _finite(result.get(k))]
+        # the curve's last report is the final step's train_loss: logged again here, that step would be in the
+        # curve twice (an earlier attempt's run, finished from a receipt, holds its curve in the store only)
+        held = max(entry.reached, self._last_step(entry.run_id) if entry.again else 0)
+        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS
+                        if _finite(result.get(k)) and not (k in CURVE_KEYS and step <= held)]
         entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items() if is_branch_key(k) and _finite(v)]
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):

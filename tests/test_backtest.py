@@ -3,10 +3,13 @@ budget and predict it."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from loopscale.analysis import FitOptions
+from loopscale.analysis.allocation import allocation_table
 from loopscale.analysis.backtest import backtest
 from loopscale.analysis.isoflop import cell_optima
 from test_analysis_sim import BATCH, TEMPLATE, paper_runs
@@ -16,8 +19,8 @@ OPTIONS = FitOptions(n_starts=60, n_bootstrap=0)
 
 
 def run_backtest(runs):
-    return backtest(runs, cell_optima(runs, n_bootstrap=100), options=OPTIONS, template=TEMPLATE,
-                    batch_tokens=BATCH)
+    return backtest(runs, cell_optima(runs, n_bootstrap=100), options=OPTIONS,
+                    allocate=partial(allocation_table, template=TEMPLATE, batch_tokens=BATCH))
 
 
 def test_noise_free_replay_is_predicted_exactly():

@@ -11,7 +11,9 @@ journal (objectives/testing.py), which counts how often each trial really ran. A
 * none ran twice: each trial completed exactly once, and none that MLflow held as finished at a kill started
   again afterwards;
 * the runs table and the whole analysis equal those of the uninterrupted sweep (the grid sampler makes the set
-  of trials independent of timing; the simulated loss depends only on the trial).
+  of trials independent of timing; the simulated loss depends only on the trial);
+* the grid's Optuna studies continued across the kills (each holds its cell's trials, once), and running the
+  finished sweep again does nothing.
 
 With the law sampler (one surrogate fitted across all cells, pickled with the searcher) the same holds: its
 proposals depend on the order results arrive, so that sweep runs one trial at a time, which fixes the order;
@@ -50,7 +52,9 @@ from mlflow.tracking import MlflowClient
 from loopscale.analysis import FitOptions, analyze, load_runs
 from loopscale.search import SweepSpec
 from loopscale.search.tracking import ready_store
+from loopscale.search.tune.searcher import CellSearcher
 from test_resume import processes_using
+from test_search import heads, journal_studies
 from test_spec import base_spec, to_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
@@ -246,6 +250,15 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
     starts = sum(e["event"] == "start" for e in entries)
     print(f"seed {seed}: {starts} trial executions started for {len(planned)} trials "
           f"({starts - len(planned)} cut short by the kills and restarted)")
+    if sampler == "grid":
+        studies_continued(sweep, runs)
+
+    # running the finished sweep again does nothing
+    again = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", sweep.source, "--resume"],
+                           cwd=tmp_path / "interrupted", capture_output=True, text=True, timeout=120, check=False,
+                           env={**os.environ, "RAY_TMPDIR": ray_dir})
+    assert again.returncode == 0 and "already complete" in again.stdout, again.stdout + again.stderr[-2000:]
+    assert len(trial_runs(sweep)) == len(planned)
 
     # the analysis equals that of the uninterrupted sweep
     table, expected = load_runs(sweep.name, sweep.placement.tracking_uri), load_runs(reference.name,
@@ -258,6 +271,22 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
     for name in got.tables:
         pd.testing.assert_frame_equal(got.tables[name].drop(columns=["run_id"], errors="ignore"),
                                       want.tables[name].drop(columns=["run_id"], errors="ignore"), obj=name)
+
+
+def studies_continued(sweep: SweepSpec, runs: list) -> None:
+    """The Optuna studies continued across the kills: each holds every trial of its cell, those before a kill
+    included, drawn without replacement; and Optuna's own storage holds exactly those trials (what a killed
+    attempt added after Tune's last snapshot was replaced when the resumed searcher took over)."""
+    searcher = CellSearcher([])
+    searcher.restore_from_dir(str(Path(sweep.placement.storage) / sweep.name / "search"))
+    widths: dict[str, list[float]] = {}
+    for run in runs:
+        widths.setdefault(run.data.tags["cell"], []).append(float(run.data.params["s"]))
+    for key, study in searcher.studies().items():
+        completed = [t for t in study.trials if t.state.name == "COMPLETE"]
+        assert sorted(t.params["heads"] for t in completed) == sorted(round(s) for s in widths[key])
+        assert len(set(widths[key])) == len(widths[key])
+    assert journal_studies(sweep) == {key: sorted(heads(sweep, s) for s in v) for key, v in widths.items()}
 
 
 def tables_in(database: Path) -> int:
@@ -274,8 +303,10 @@ def test_a_driver_killed_while_it_creates_the_store_leaves_none_half_built(tmp_p
     # of them used to leave a store that no later run could open. Kill the creator in the middle, then open it.
     database = tmp_path / "runs" / "mlflow.db"
     uri = f"sqlite:///{database}"
+    # (a user cache without an empty store to copy: MLflow migrates, see search/store_template.py)
     creator = subprocess.Popen([sys.executable, "-c",
-                                f"from loopscale.search.tracking import ready_store; ready_store({uri!r})"])
+                                f"from loopscale.search.tracking import ready_store; ready_store({uri!r})"],
+                               env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     deadline, building = time.monotonic() + 120, []
     while not (building and tables_in(building[0])) and creator.poll() is None:  # the first migrations are in
         assert time.monotonic() < deadline, "the store was never started"

@@ -1,4 +1,6 @@
-"""kill -9 of the driver in the middle of a sweep, then ``loopscale search SPEC --resume``.
+"""A sweep stopped in the middle, then ``loopscale search SPEC --resume`` into another store; and the helpers
+that find and kill what a stopped driver leaves behind. (kill -9 then --resume into the same store, several
+times, is tests/test_kill_resume.py.)
 
 The driver runs as a real subprocess (the CLI) with its own Ray, whose files live under a private RAY_TMPDIR:
 every process left behind by the killed driver is found by that path and killed by PID afterwards.
@@ -7,7 +9,6 @@ every process left behind by the killed driver is found by that path and killed 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,8 +24,6 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from loopscale.search import SweepSpec
-from loopscale.search.tune.searcher import CellSearcher
-from test_search import heads, journal_studies
 from test_spec import write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -78,62 +77,6 @@ def start_until_finished(command: list[str], cwd: Path, env: dict[str, str],
             break
         finished += line.startswith("[search ")
     return driver, finished
-
-
-def test_kill_9_then_resume_finishes_each_trial_exactly_once(tmp_path, ray_tmp):
-    spec_path = write_spec(tmp_path, budgets=[1e12, 1e13], recurrences=[1, 2, 4], trials_per_cell=4)
-    spec = SweepSpec.from_toml(spec_path)
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp}  # the package as this process imports it (PYTHONPATH kept)
-    command = [sys.executable, "-m", "loopscale.search.cli", "search", str(spec_path)]
-
-    driver, finished = start_until_finished(command, tmp_path, env, 9)
-    driver.send_signal(signal.SIGKILL)
-    driver.wait(timeout=30)
-    assert finished == 9, "the sweep never got going"
-
-    client = MlflowClient(spec.placement.tracking_uri)
-    experiment = client.get_experiment_by_name(spec.name)
-    query = "tags.`loopscale.kind` = 'trial'"
-    before = {r.data.tags["trial_key"]: r.info.run_id
-              for r in client.search_runs([experiment.experiment_id], query, max_results=1000)
-              if r.info.status == "FINISHED"}
-    assert 9 <= len(before) < spec.planned_trials()
-
-    resumed = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"[search {spec.planned_trials()}/{spec.planned_trials()}]" in resumed.stdout
-
-    runs = client.search_runs([experiment.experiment_id], query, max_results=1000)
-    every = client.search_runs([experiment.experiment_id], query, max_results=1000, run_view_type=ViewType.ALL)
-    planned = {f"search/{c.key}/{n}" for c in spec.cells() for n in range(1, c.n_trials + 1)}
-    assert sorted(r.data.tags["trial_key"] for r in runs) == sorted(planned)  # each trial exactly once
-    assert all(r.info.status == "FINISHED" for r in runs)
-    assert not [r for r in every if r.info.status == "RUNNING" and r.info.lifecycle_stage == "active"]
-    # a trial finished before the kill keeps its run: it was neither logged again nor replaced
-    assert all(before[key] in {r.info.run_id for r in runs} for key in before)
-
-    # the Optuna studies continued across the kill: each holds every trial of its cell, pre-crash ones included
-    searcher = CellSearcher([])
-    searcher.restore_from_dir(str(Path(spec.placement.storage) / spec.name / "search"))
-    widths: dict[str, list[float]] = {}
-    for run in runs:
-        widths.setdefault(run.data.tags["cell"], []).append(float(run.data.params["s"]))
-    for key, study in searcher.studies().items():
-        completed = [t for t in study.trials if t.state.name == "COMPLETE"]
-        assert sorted(t.params["heads"] for t in completed) == sorted(round(s) for s in widths[key])
-        assert len(set(widths[key])) == len(widths[key])  # still without replacement
-    # and Optuna's own storage holds exactly those trials: what the killed attempt added after Tune's last
-    # snapshot was replaced when the resumed searcher took over
-    assert journal_studies(spec) == {key: sorted(heads(spec, s) for s in v) for key, v in widths.items()}
-    parent = client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'sweep'")
-    assert [p.info.status for p in parent] == ["FINISHED"]
-
-    # and running the finished sweep again does nothing
-    again = subprocess.run(command + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=120)
-    assert again.returncode == 0 and re.search(r"already complete", again.stdout)
-    assert len(client.search_runs([experiment.experiment_id], query, max_results=1000)) == len(planned)
 
 
 def trial_keys(tracking_uri: str, name: str, view=ViewType.ACTIVE_ONLY) -> list[tuple[str, str]]:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
+import sqlite3
 
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from loopscale.objectives import TrialConfig
 from loopscale.search import SweepSpec
-from loopscale.search.tracking import TrialTracker, discard_stage_runs, open_sweep
+from loopscale.search import store_template
+from loopscale.search.tracking import TrialTracker, discard_stage_runs, open_sweep, ready_store
 from test_spec import write_spec
 
 META = {"stage": "search", "cell": "C=1e+12,r=1"}
@@ -105,7 +108,8 @@ def test_a_trial_retried_after_its_receipt_finishes_the_run_it_streamed(tmp_path
     t.close({"search/a/1"})
     (run,) = runs(spec, experiment_id, ViewType.ALL)  # one run ever, none deleted
     assert (run.info.lifecycle_stage, run.info.status) == ("active", "FINISHED")
-    assert [step for step, _ in history(spec, run)] == [1, 10, 20, 20]  # streamed, then the final result's
+    assert history(spec, run) == [(1, 4.9), (10, 4.0), (20, 3.0)]  # each step once: the final one is streamed
+    assert run.data.metrics["train_loss"] == 3.0
 
     # a retry that trains again streams from its first step: its run replaces the earlier attempt's
     t.start("search/a/2", META, config(3))
@@ -133,9 +137,36 @@ def test_a_run_outlives_a_killed_driver_when_its_trial_had_ended(tmp_path):
     resumed.close({"search/a/1"})
     reconcile = tracker(spec, experiment_id, parent)
     reconcile.start("search/a/1", META, config(2))
-    reconcile.finish("search/a/1", result(3.0))
+    reconcile.finish("search/a/1", {**result(3.0), "steps": 10, "train_loss": 4.0})  # its curve ended there
     (run,) = runs(spec, experiment_id)
     assert (run.info.run_id, run.info.status, run.info.start_time) == (streamed.info.run_id, "FINISHED",
                                                                        streamed.info.start_time)
     assert history(spec, run) == [(10, 4.0)]
     assert [r.data.tags["trial_key"] for r in runs(spec, experiment_id, ViewType.DELETED_ONLY)] == ["search/a/2"]
+
+
+def schema(database) -> list[tuple[str, str]]:
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+
+def test_a_new_store_copied_from_the_cached_empty_one_equals_one_mlflow_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    built, copied = tmp_path / "a" / "mlflow.db", tmp_path / "b" / "mlflow.db"
+    ready_store(f"sqlite:///{built}")  # no template yet: MLflow migrates, and the empty store is kept
+    template = store_template.template_path()
+    assert template.is_file() and str(template).startswith(str(tmp_path / "cache"))
+    with contextlib.closing(sqlite3.connect(template)) as db:
+        assert db.execute("SELECT count(*) FROM experiments").fetchone() == (0,)
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # MLflow puts Default's artifacts under the opener's folder
+    ready_store(f"sqlite:///{copied}")
+    assert schema(copied) == schema(built)
+    default = MlflowClient(f"sqlite:///{copied}").get_experiment("0")
+    assert default.name == "Default"
+    assert default.artifact_location == str(tmp_path / "elsewhere" / "mlruns" / "0")
+    client = MlflowClient(f"sqlite:///{copied}")  # and it is a working store
+    run = client.create_run(client.create_experiment("e"))
+    client.log_metric(run.info.run_id, "val_loss", 3.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"val_loss": 3.0}

@@ -24,7 +24,8 @@ from loopscale.objectives.trial import recorded_branches
 
 from .. import space
 from ..dispatch import CellState, next_cell
-from .studies import METRIC, CellStudy
+from .metric import METRIC
+from .studies import CellStudy
 
 FINISHED = "FINISHED"  # what ``suggest`` returns once the stage takes no more trials (Tune's Searcher.FINISHED)
 

@@ -18,6 +18,9 @@ from ..spec import SweepSpec
 from ..stopping import SweepInterrupted, signal_name, signals_noted
 from . import live
 
+LOCAL_GCS_WAIT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+LOCAL_GCS_WAIT_S = 5
+
 
 def start_ray(spec: SweepSpec, verbose: bool) -> bool:
     """Connect to ``spec.placement.address`` (or RAY_ADDRESS) or start a local Ray; False when one is already up.
@@ -31,6 +34,11 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
     Whatever ``ray.init`` started before a signal is shut down; afterwards ``live.STOP`` holds both signals again."""
     if ray.is_initialized():
         return False
+    if not (spec.placement.address or os.environ.get("RAY_ADDRESS")):
+        # A Ray started here has no fault-tolerant store: once its GCS is gone (a SIGTERM to the whole process
+        # group ends it with the driver) nothing can reconnect, and Ray's default 60 s wait for it only delays
+        # the driver's exit (at full CPU). Read by every process of this Ray from the environment.
+        os.environ.setdefault(LOCAL_GCS_WAIT_ENV, str(LOCAL_GCS_WAIT_S))
     with signals_noted() as noted:
         try:
             ray.init(address=spec.placement.address, include_dashboard=False, log_to_driver=verbose,

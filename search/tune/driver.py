@@ -29,7 +29,7 @@ from . import live
 from .cluster import check_trials_fit, quiet, start_ray
 from .receipts import JsonFile
 from .stage import SNAPSHOT_ENV, StageOutcome, SweepContext, resume_command, run_stage
-from .studies import METRIC, finite
+from .metric import METRIC, finite
 
 STATE_FILE = "sweep.json"
 

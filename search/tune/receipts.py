@@ -53,13 +53,18 @@ class JsonFile:
             raise
 
 
+def trial_identity(key: str, params: dict[str, Any]) -> str:
+    """A trial's identity: a hash of its trial key and config (24 hex digits). Names its receipt, and marks its
+    checkpoints as its own."""
+    blob = json.dumps({"key": key, "trial": params}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
 class Receipt(JsonFile):
-    """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/``, named by a hash of its trial
-    key and config."""
+    """The final result of one trial in ``<storage>/<sweep>/<stage>/receipts/``, named by its identity."""
 
     def __init__(self, folder: str, key: str, params: dict[str, Any]):
-        blob = json.dumps({"key": key, "trial": params}, sort_keys=True, default=str)
-        super().__init__(f"{folder.rstrip('/')}/{hashlib.sha256(blob.encode()).hexdigest()[:24]}.json")
+        super().__init__(f"{folder.rstrip('/')}/{trial_identity(key, params)}.json")
 
     def load(self) -> dict[str, Any] | None:
         """An unreadable receipt is no receipt: the trial runs again."""

@@ -28,7 +28,8 @@ from .callbacks import ProgressCallback, TrackingCallback
 from .failures import failure_reason, is_disk_error
 from .receipts import Receipt, restore_receipts
 from .searcher import CellSearcher
-from .studies import METRIC, finite, make_studies, study_journal
+from .metric import METRIC, finite
+from .studies import make_studies, study_journal
 from .trial import drop_checkpoint, log_unsaved, run_trial
 
 SNAPSHOT_ENV = "TUNE_GLOBAL_CHECKPOINT_S"  # seconds between Tune's experiment-state snapshots

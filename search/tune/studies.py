@@ -29,14 +29,9 @@ from loopscale.objectives import TrialConfig
 from .. import space
 from ..law_sampler import CellGeometry, LawSampler, LawSurrogate
 from ..spec import Cell, SweepSpec
+from .metric import finite
 
-METRIC = "val_loss"  # what every study minimises
 N_STARTUP = 3  # model-based proposals start after the first guess and two random widths (see the benchmark)
-
-
-def finite(value: Any) -> bool:
-    """A real number (not a bool) that is finite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ---- search spaces (module level: the searcher pickles them by reference) -------------------------------

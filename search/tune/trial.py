@@ -37,8 +37,8 @@ from ray.experimental.internal_kv import (_internal_kv_del, _internal_kv_exists,
 from loopscale import objectives
 from loopscale.objectives import TrialConfig
 
-from .receipts import JsonFile, Receipt
-from .studies import METRIC, finite
+from .receipts import JsonFile, Receipt, trial_identity
+from .metric import METRIC, finite
 
 if TYPE_CHECKING:
     from loopscale.objectives.checkpoint import Checkpointing
@@ -71,6 +71,7 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     """
     params = config["trial"]
     trial = TrialConfig.from_params(params)
+    owner = trial_identity(config["meta"]["trial_key"], params)  # of its receipt, and sealed in its checkpoints
     receipt = Receipt(receipts, config["meta"]["trial_key"], params) if receipts else None
     result = receipt.load() if receipt else None
     if result is None:
@@ -78,9 +79,10 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
             result = checked(objectives.simulate(trial))
         elif workers > 1:
             result = checked(train_data_parallel(params, workers, worker_resources or {}, data_parallel_dir,
-                                                 checkpoint_s))
+                                                 checkpoint_s, owner))
         else:
-            result = checked(objectives.train(trial, report=tune.report, checkpoint=tune_checkpoints(checkpoint_s)))
+            result = checked(objectives.train(trial, report=tune.report,
+                                              checkpoint=tune_checkpoints(checkpoint_s, owner)))
         # the Ray node it ran on, for the run's ``node`` tag (hostnames and IPs repeat across a machine's nodes);
         # a data-parallel trial's workers' nodes, in rank order, comma-separated
         result = {"node": ray.get_runtime_context().get_node_id(), **result}
@@ -95,17 +97,18 @@ def run_trial(config: dict[str, Any], receipts: str = "", workers: int = 1,
     tune.report(result)
 
 
-def tune_checkpoints(period_s: float) -> Checkpointing:
-    """A trial's checkpoints through Tune: each state saved in a fresh folder and reported with the step it was
-    taken after (Tune copies the folder to the trial's storage before ``tune.report`` returns); one asked for
-    by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune holds restored."""
-    from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state  # torch: training only
+def tune_checkpoints(period_s: float, owner: str) -> Checkpointing:
+    """A trial's checkpoints through Tune: each state saved in a fresh folder, sealed as ``owner``'s, and reported
+    with the step it was taken after (Tune copies the folder to the trial's storage before ``tune.report``
+    returns); one asked for by the driver (``ask_checkpoint``) at the next step boundary; the latest one Tune
+    holds restored, unless damaged (set aside: the trial trains from step 0)."""
+    from loopscale.objectives.checkpoint import Checkpointing, restore_or_set_aside, save_state  # torch
 
     trial_id = tune.get_context().get_trial_id()
 
     def save(state: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory(prefix="loopscale-checkpoint-") as folder:
-            save_state(state, folder)
+            save_state(state, folder, owner)
             tune.report({CHECKPOINT_KEY: state["loop"]["step"]}, checkpoint=tune.Checkpoint.from_directory(folder))
         answered(trial_id)
 
@@ -114,7 +117,7 @@ def tune_checkpoints(period_s: float) -> Checkpointing:
         if latest is None:
             return None
         with latest.as_directory() as folder:
-            return load_state(folder)
+            return restore_or_set_aside(folder, owner)
 
     return Checkpointing(period_s=period_s, save=save, restore=restore, requested=asked_poll(trial_id))
 
@@ -191,7 +194,7 @@ def log_unsaved(tracker: TrialTracker, receipts: str) -> int:
 
 
 def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[str, float],
-                        storage: str, checkpoint_s: float = 0) -> dict[str, Any]:
+                        storage: str, checkpoint_s: float = 0, owner: str = "") -> dict[str, Any]:
     """Train one trial (``params``: its ``TrialConfig.to_params``) data-parallel on ``workers`` Ray Train workers
     of ``resources`` each (Ray Train V2's
     ``TorchTrainer`` inside a Tune trial, with ``TuneReportCallback`` forwarding the workers' progress reports to
@@ -214,7 +217,7 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
     gpus = resources.get("gpu", 0.0)
     trainer = TorchTrainer(
         functools.partial(_data_parallel_worker, result_file=final.path, state=state, checkpoint_s=checkpoint_s,
-                          trial_id=trial_id),
+                          trial_id=trial_id, owner=owner),
         train_loop_config=params,
         torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=gpus > 0,
@@ -232,7 +235,7 @@ def train_data_parallel(params: dict[str, Any], workers: int, resources: dict[st
 
 
 def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str = "", checkpoint_s: float = 0,
-                          trial_id: str = "") -> None:
+                          trial_id: str = "", owner: str = "") -> None:
     """One Ray Train worker: train on this worker's share (objectives.train), from the trial's ``state``
     folder's checkpoint where it holds one and saving there (rank 0 writes), report progress from every
     worker (a report is a barrier), and rank 0 writes the final result with every worker's node."""
@@ -240,7 +243,7 @@ def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str =
     import ray.train.torch
     import torch.distributed as dist
 
-    from loopscale.objectives.checkpoint import Checkpointing, load_state, save_state
+    from loopscale.objectives.checkpoint import Checkpointing, restore_or_set_aside, save_state
 
     trial = dataclasses.replace(TrialConfig.from_params(params), device=str(ray.train.torch.get_device()))
     checkpoint = None
@@ -248,12 +251,12 @@ def _data_parallel_worker(params: dict[str, Any], result_file: str, state: str =
         def save(saved: dict[str, Any]) -> None:
             if dist.get_rank() == 0:
                 Path(state).mkdir(parents=True, exist_ok=True)
-                save_state(saved, state)
+                save_state(saved, state, owner)
                 answered(trial_id)
             ray.train.report({CHECKPOINT_KEY: saved["loop"]["step"]})  # a barrier: rank 0 has written it
 
-        checkpoint = Checkpointing(period_s=checkpoint_s, save=save, restore=lambda: load_state(state),
-                                   requested=asked_poll(trial_id))
+        checkpoint = Checkpointing(period_s=checkpoint_s, save=save,
+                                   restore=lambda: restore_or_set_aside(state, owner), requested=asked_poll(trial_id))
     result = objectives.train(trial, report=ray.train.report, checkpoint=checkpoint)
     nodes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
