@@ -7,6 +7,7 @@ law_figure          the law's L*(C) and N*(C) per r against the per-cell IsoFLOP
 residual_figure     observed minus predicted loss of every fitted run
 phi_figure          the bootstrap distribution of phi with the point estimate and interval
 depth_figure        kept models' loss against the recurrences they were evaluated at, the trained r marked
+validation_figure   the law's L*(C) band past the sweep, the sweep's optima, the rungs predicted and achieved
 """
 
 from __future__ import annotations
@@ -175,6 +176,37 @@ def law_figure(optima: IsoflopResult, law_curves: pd.DataFrame) -> Figure:
     ax_n.set_ylabel("compute-optimal N*")
     ax_l.legend(fontsize=8)
     fig.suptitle("Joint law (lines) versus per-cell IsoFLOP optima (points)")
+    return fig
+
+
+def validation_figure(band: pd.DataFrame, optima: IsoflopResult, rungs: pd.DataFrame) -> Figure:
+    """Per r: the law's compute-optimal loss across budgets with the interval of its mean (``band``), the
+    sweep's per-cell optima, and each rung's predicted interval for one run (bar) and achieved loss (star)."""
+    fig = _figure()
+    ax = fig.subplots()
+    ok = optima.table[optima.table["status"] == "ok"] if "L_opt" in optima.table else optima.table.iloc[:0]
+    for i, r in enumerate(sorted(band["r"].unique())):
+        curve = band[band["r"] == r]
+        ax.plot(curve["budget_flops"], curve["loss"], color=_color(i), label=f"law r = {r}")
+        ax.fill_between(curve["budget_flops"], curve["loss_lo"], curve["loss_hi"], color=_color(i), alpha=0.2)
+        cells = ok[ok["r"] == r]
+        ax.plot(cells["budget_flops"], cells["L_opt"], "o", ms=4, color=_color(i))
+        mine = rungs[rungs["r"] == r]
+        x = mine["budget_flops"] * np.exp(0.03 * i)  # the r's of a rung side by side on the log axis
+        err = np.vstack([mine["predicted"] - mine["predicted_lo"], mine["predicted_hi"] - mine["predicted"]])
+        ax.errorbar(x, mine["predicted"], yerr=np.clip(np.nan_to_num(err), 0, None), fmt="_",
+                    ms=10, capsize=4, color=_color(i))
+        ax.plot(x, mine["achieved"], "*", ms=11, color=_color(i), markeredgecolor="black")
+    ax.set_xscale("log")
+    _log_ticks(ax.xaxis, _flops_tick)
+    ax.set_xlabel("budget C (FLOPs)")
+    ax.set_ylabel("loss (nats)")
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], marker="o", ls="", color="gray", label="sweep's optimum per cell"),
+        Line2D([], [], marker="_", ms=10, ls="", color="gray", label="rung predicted (one run's interval)"),
+        Line2D([], [], marker="*", ms=11, ls="", color="gray", markeredgecolor="black", label="rung achieved")],
+        fontsize=8)
+    fig.suptitle("Validation rungs: predicted (the law's band) and achieved")
     return fig
 
 

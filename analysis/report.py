@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import numbers
+from . import numbers, validation
 from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
@@ -35,7 +35,8 @@ from .identify import likely_fixes, status_label
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
-from .plots import depth_figure, frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save
+from .plots import (depth_figure, frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save,
+                    validation_figure)
 from .flops import flops_spent, flops_text
 from .runs import excluded_runs, exclusions, template_of, usable_runs
 from .sizes import template_mismatch
@@ -62,6 +63,8 @@ class Analysis:
     backtest: Backtest | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     unfinished: str = ""  # where an unfinished sweep stands (analysis/unfinished.py); '' when it finished
+    validation: pd.DataFrame = field(default_factory=pd.DataFrame)  # rungs predicted and achieved (validation.py)
+    validation_band: pd.DataFrame | None = None
 
     @property
     def used(self) -> pd.DataFrame:
@@ -84,6 +87,7 @@ class Analysis:
             "flops_spent": flops_spent(self.runs) if self.runs["flops_spent"].notna().any() else None,
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
+            "validation": self.validation.to_dict(orient="records"),
         }
 
     def gap_ranges(self) -> dict[str, list[float]]:
@@ -111,6 +115,7 @@ class Analysis:
         depth = self.tables.get("depth_eval", pd.DataFrame())
         if not depth.empty:
             lines.append(depth_text(depth))
+        lines += validation.lines(self.validation, joint.confidence)
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
         if spent is not None:
@@ -166,6 +171,8 @@ class Analysis:
         figures["law_vs_optima"] = law_figure(self.optima, self.law_curves)
         if not self.tables.get("depth_eval", pd.DataFrame()).empty:
             figures["loss_vs_r_eval"] = depth_figure(self.tables["depth_eval"])
+        if self.validation_band is not None:
+            figures["validation"] = validation_figure(self.validation_band, self.optima, self.validation)
         return figures
 
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -189,6 +196,7 @@ class Analysis:
             errors = self.backtest.cells["loss_error"].dropna()
             if len(errors):
                 metrics["backtest_loss_error_mean_abs"] = float(errors.abs().mean())
+        metrics.update(validation.mlflow_metrics(self.validation))
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
                   "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
                   "delta": self.options.delta, "template": self.template_note}
@@ -238,6 +246,10 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
                         seconds=time.perf_counter() - start, backtest=held_out)
+    analysis.validation = validation.compare(suite.joint, runs, options)
+    if not analysis.validation.empty and not mismatch:
+        analysis.validation_band = validation.band(suite.joint, analysis.validation, used["budget_flops"],
+                                                   template=template, batch_tokens=batch_tokens)
     analysis.tables = _tables(analysis)
     return analysis
 
@@ -295,6 +307,8 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
     depth = depth_table(a.runs)
     if not depth.empty:
         tables["depth_eval"] = depth
+    if not a.validation.empty:
+        tables["validation"] = a.validation
     return tables
 
 

@@ -45,22 +45,28 @@ class SweepStatus:
     cells: dict[str, CellBest] = field(default_factory=dict)
 
     @property
+    def done(self) -> int:
+        """Trials of the plan that ended (the validation rungs that follow a sweep are not in its plan)."""
+        return sum(n for stage, n in self.ended.items() if stage != "validate")
+
+    @property
     def eta_s(self) -> float | None:
-        done = sum(self.ended.values())
+        done = self.done
         if self.state != "running" or not self.planned or not done:
             return None
         return self.elapsed_s * max(0, self.planned - done) / done
 
     def lines(self) -> list[str]:
-        done = sum(self.ended.values())
+        done, rungs = self.done, self.ended.get("validate", 0)
         head = {"finished": "finished", "running": f"running (driver {self.driver})",
                 "stopped": "stopped before its last trial: `loopscale search <its spec> --resume` finishes it",
                 "unknown": "unfinished, and no driver lock found from here (its driver may run on another machine, "
                            "or stopped: `loopscale search <its spec> --resume` finishes it)"}
         out = [f"sweep {self.name}: {head[self.state]}",
                f"trials: {done} of {self.planned if self.planned else '?'} planned ended ("
-               + ", ".join(f"{stage} {n}" for stage, n in sorted(self.ended.items()))
-               + f"), {self.running} {'running' if self.state in ('running', 'unknown') else 'cut off'}, "
+               + ", ".join(f"{stage} {n}" for stage, n in sorted(self.ended.items()) if stage != "validate") + ")"
+               + (f" and {rungs} validation rungs" if rungs else "")
+               + f", {self.running} {'running' if self.state in ('running', 'unknown') else 'cut off'}, "
                f"{self.failed} failed",
                f"FLOPs spent: {numbers.flops(self.flops_spent)}; "
                + ("ran " if self.state != "running" else "running for ") + numbers.duration(self.elapsed_s)]

@@ -170,6 +170,60 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_validate(subparsers: argparse._SubParsersAction) -> None:
+    from loopscale.analysis.cli import _floats, _ints
+
+    p = subparsers.add_parser(
+        "validate", help="train a finished sweep's predicted compute-optimal model at budgets above it, per r, "
+                         "and say whether the law held",
+        description="From the law fitted to a finished sweep (analyze's default fit), build the buildable "
+                    "compute-optimal model at each rung budget (above the sweep's largest) and r, the model "
+                    "`loopscale export` lists; train it with the sweep's recipe, data and seed through Ray Tune "
+                    "(checkpoints, resume and status as for any trial), log it to the sweep's MLflow experiment "
+                    "with stage 'validate', and report its achieved loss against the predicted one: the 95% "
+                    "prediction interval of one run, and per r the achieved gap to r = 1 against the predicted "
+                    "gap. Run it again to resume; once trained, it prints the comparison.")
+    p.add_argument("experiment", help="the sweep's name (its MLflow experiment); the rungs use the spec it ran with")
+    p.add_argument("--budget", type=_floats, required=True, dest="budgets",
+                   help="rung budgets in FLOPs, comma-separated, each above the sweep's largest, e.g. 2e13")
+    p.add_argument("--r", type=_ints, default=None, dest="recurrences",
+                   help="recurrence counts, comma-separated (default: every r of the sweep)")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
+    p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.set_defaults(func=_validate)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from loopscale.analysis.store import resolve_tracking_uri
+    from loopscale.analysis.tracking import read_sweep_spec
+    from loopscale.analysis.validation import lines
+
+    from .spec import SweepSpec
+    from .tracking import find_parent_run
+    from .validate import achieved_table, plan_rungs
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    raw = read_sweep_spec(args.experiment, uri) if find_parent_run(uri, args.experiment) is not None else None
+    if raw is None:
+        raise ValueError(f"no sweep {args.experiment!r} with its spec in the MLflow store {uri}; "
+                         "run `loopscale search` first (or pass --tracking-uri)")
+    spec = SweepSpec.from_dict({**raw, "tracking_uri": uri}, source=args.experiment)
+    from .tune.driver import SweepState, run_search  # imports Ray (~2 s): only once the spec is known to be good
+
+    if not (SweepState(spec.placement.storage, spec.name).load() or {}).get("complete"):
+        raise ValueError(f"sweep {spec.name!r} is not complete in {spec.placement.storage}; finish it first "
+                         "(`loopscale search SPEC --resume`), then validate it")
+    plan = plan_rungs(spec, args.budgets, args.recurrences)
+    if plan.complete:
+        print(f"the rungs of sweep {spec.name!r} are trained already")
+        print("\n".join(lines(achieved_table(spec, plan))))
+        return 0
+    again = (f"loopscale validate {spec.name} --budget {','.join(f'{c:g}' for c in args.budgets)}"
+             + (f" --r {','.join(map(str, args.recurrences))}" if args.recurrences else ""))
+    run_search(spec, verbose=args.verbose, rungs=plan, resume_with=again)
+    return 0
+
+
 def add_ui(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ui", help="open the MLflow UI on the sweeps' store (127.0.0.1 unless --host says otherwise)",
@@ -252,21 +306,25 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
                     "finished one.")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.add_argument("--validate", action="store_true",
+                   help="end the sweep with a validation rung per r at twice its largest budget: the law's "
+                        "compute-optimal model trained there against its prediction (`loopscale plan demo --set "
+                        "'validate.budgets=[2.7e12]'` prints what it adds)")
     p.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.tracking_uri, args.verbose)
+    return run_demo(args.tracking_uri, args.verbose, args.validate)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from loopscale.analysis.cli import register as add_analysis  # analyze, export and compare
 
     subcommands: list[Callable[[argparse._SubParsersAction], None]] = [add_plan, add_check_arch, add_tokenizer,
-                                                                       add_search, add_status, add_analysis,
-                                                                       add_evaluate, add_ui, add_demo]
+                                                                       add_search, add_validate, add_status,
+                                                                       add_analysis, add_evaluate, add_ui, add_demo]
     parser = argparse.ArgumentParser(
         prog="loopscale",
         description="Find compute-optimal looped language models: sweep (FLOP budget, recurrences) cells with "

@@ -9,6 +9,7 @@ at least ``min_steps`` optimizer steps and, if a ``tokens_per_param`` window is 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -66,6 +67,14 @@ def search_cell(grid: Grid, trials_per_cell: int, budget: float, r: int) -> Cell
     target = math.log(grid.first_guess_tokens_per_param)
     guess = min(feasible, key=lambda s: abs(math.log(feasible[s]) - target))
     return Cell("search", budget, r, tuple(feasible), guess, min(trials_per_cell, len(feasible)))
+
+
+def rung_cells(grid: Grid, budgets: tuple[float, ...]) -> list[Cell]:
+    """The validation rungs as the plan prices them before any law is fitted: a trial per (rung budget, r) at the
+    widths of that budget, its first guess by ``first_guess_tokens_per_param`` (its width comes from the law the
+    sweep will fit: search/validate.py)."""
+    return [dataclasses.replace(search_cell(grid, 1, budget, r), stage="validate") for budget in budgets
+            for r in grid.recurrences]
 
 
 def spread(n: int, k: int) -> list[float]:

@@ -43,6 +43,8 @@ Layout (every key optional unless marked)::
     [data]        # objectives' data source and tokenizer (train)
     [recipe]      # objectives' training recipe (train)
     [calibrate]   # optional lr calibration: budget, s, r, trials, low, high, param
+    [validate]    # budgets = [...]: rungs above the largest budget; the sweep ends by training its law's
+                  # compute-optimal model there per r and comparing (search/validate.py)
     [resources]   # cpus, gpus per trial (per worker); workers per trial (data-parallel); max_concurrent; retries;
                   # checkpoint_s: seconds of training between a trial's checkpoints (default 1800; 0 = none),
                   # from which a killed trial resumes exactly (objectives/checkpoint.py); keep_models: "best"
@@ -70,7 +72,7 @@ from . import space
 from .overrides import apply_sets, effective_text
 from .preflight import check_folder
 from .space import STAGES, Cell
-from .spec_parts import Calibration, Grid, Placement, Sampling, Simulation, Training, hashed
+from .spec_parts import Calibration, Grid, Placement, Rungs, Sampling, Simulation, Training, hashed
 from .toml_table import Table, require
 
 PRESET_NAMES = ("smoke", "demo", "paper")
@@ -88,6 +90,7 @@ class SweepSpec:
     simulation: Simulation
     training: Training
     placement: Placement
+    rungs: Rungs = field(default_factory=Rungs)  # [validate]: the rungs the sweep ends with (search/validate.py)
     source: str = field(default="", compare=False)  # where it was read from, for messages
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
@@ -159,7 +162,7 @@ class SweepSpec:
             measured.cache_in(placement.cache_dir)
         training = dataclasses.replace(training, calibrate=Calibration.parse(t.table("calibrate"), grid))
         spec = cls(name=name, objective=objective, grid=grid, sampling=sampling, simulation=simulation,
-                   training=training, placement=placement, source=source, text=text)
+                   training=training, placement=placement, rungs=Rungs.parse(t, grid), source=source, text=text)
         spec.cells()  # every cell must have a width that trains
         if "testing" in raw:  # outside TOP_KEYS: refused in one line unless the test suite runs
             widths = {c.key: c.widths for c in spec.cells()}
@@ -202,13 +205,13 @@ class SweepSpec:
     def resources(self, stage: str) -> dict[str, float]:
         """Ray resources of one trial's worker; a simulated trial needs one CPU whatever the spec asks of
         training."""
-        if stage == "search" and self.objective == "simulate":
+        if stage != "calibrate" and self.objective == "simulate":
             return {"cpu": 1.0, "gpu": 0.0}
         return {"cpu": self.placement.cpus_per_trial, "gpu": self.placement.gpus_per_trial}
 
     def workers_of(self, stage: str) -> int:
         """Data-parallel workers of one trial of ``stage`` (a simulated trial is one process)."""
-        return 1 if stage == "search" and self.objective == "simulate" else self.placement.workers
+        return 1 if stage != "calibrate" and self.objective == "simulate" else self.placement.workers
 
     def concurrency(self, stage: str, cpus_available: float) -> int:
         """Trials side by side: ``max_concurrent`` if given, else as many as the CPUs hold."""
@@ -222,7 +225,7 @@ class SweepSpec:
         and resumes). A spec's own architecture enters by its source fingerprint, so a checkout in another folder
         resumes and an edited file does not."""
         values = {"name": self.name, "objective": self.objective}
-        for part in (self.grid, self.sampling, self.simulation, self.training, self.placement):
+        for part in (self.grid, self.sampling, self.simulation, self.training, self.placement, self.rungs):
             values.update(hashed(part))
         if "architecture" in values["template"]:  # by its source, not by where the spec's folder lies
             from loopscale.model import architecture
@@ -241,7 +244,7 @@ TOP_KEYS = (
     "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "min_steps",
     "first_guess_tokens_per_param",
     "tracking_uri", "storage",
-    "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources",
+    "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources", "validate",
 )
 
 

@@ -35,6 +35,7 @@ LAW_CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 DEFAULT_CHECKPOINT_S = 1800  # a trial's checkpoint every 30 minutes of training: a kill loses at most that
 KEEP_MODELS = ("best", "all", "none")  # [resources] keep_models: the best trial of each cell, every trial, none
 PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
+AFTER_SWEEP = {"after_sweep": True}  # what runs once the sweep is done and changes none of its trials: never hashed
 
 
 def added(default: Any) -> Any:
@@ -47,7 +48,7 @@ def hashed(part: Any) -> dict[str, Any]:
     """The fields of ``part`` that define what a sweep measures, as each declares it."""
     values = dataclasses.asdict(part)
     return {f.name: values[f.name] for f in dataclasses.fields(part)
-            if not f.metadata.get("placement")
+            if not f.metadata.get("placement") and not f.metadata.get("after_sweep")
             and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}
 
 
@@ -297,6 +298,41 @@ class Training:
         if data.get("tokenizer") == "bpe" and "tokenizer_vocab" not in data:  # the template's vocabulary
             data = {**data, "tokenizer_vocab": int(iso_depth_template(template)["vocab_size"])}
         return dataclasses.replace(training, data=data, recipe=recipe)
+
+@dataclass(frozen=True)
+class Rungs:
+    """``[validate]``: budgets above the sweep's largest at which the sweep ends by training the compute-optimal
+    model of its fitted law, per r, and comparing it with the law's prediction (search/validate.py). Never hashed:
+    the rungs run after the sweep and change none of its trials, so a finished sweep resumed with rungs added
+    trains them."""
+
+    budgets: tuple[float, ...] = field(default=(), metadata=AFTER_SWEEP)
+
+    @classmethod
+    def parse(cls, t: Table, grid: Grid) -> "Rungs":
+        table = Table(t.table("validate"), "[validate]", ("budgets",))
+        listed = table.raw.get("budgets")  # an empty list drops a preset's rungs (--set 'validate.budgets=[]')
+        budgets = () if listed == [] else tuple(float(b) for b in table.list("budgets", (int, float)) or ())
+        require(len(set(budgets)) == len(budgets), "[validate] budgets has duplicates")
+        cls.check(grid, budgets, "[validate] budget")
+        return cls(budgets=budgets)
+
+    @staticmethod
+    def check(grid: Grid, budgets, what: str) -> None:
+        """One line for a rung budget not above the grid's largest, or one that trains fewer than min_steps
+        steps even at the narrowest width (the cheapest per token: if it does, every width does)."""
+        top = max(grid.budgets)
+        for budget in budgets:
+            require(math.isfinite(budget) and budget > top,
+                    f"{what} {budget:.3g} FLOPs is not above the sweep's largest budget {top:.3g}: a rung checks "
+                    "the law beyond the budgets it was fitted on")
+            for r in grid.recurrences:
+                config = grid.model(heads_to_s(1, grid.width_unit, grid.head_dim), r)
+                steps = tokens_for_budget(config, budget, grid.batch_tokens) // grid.batch_tokens
+                require(steps >= grid.min_steps,
+                        f"{what} {budget:.3g} FLOPs buys {steps} optimizer steps of {grid.batch_tokens} tokens at "
+                        f"r={r} even at the narrowest width, fewer than min_steps={grid.min_steps}")
+
 
 @dataclass(frozen=True)
 class Placement:

@@ -65,6 +65,20 @@ def flops_estimate(spec: SweepSpec) -> str:
     return text
 
 
+def rungs_estimate(spec: SweepSpec) -> str:
+    """The FLOPs (and on GPUs the GPU time) of the ``[validate]`` rungs: one trial per rung budget and r, each
+    spending at most its budget ("" without rungs)."""
+    budgets = spec.rungs.budgets
+    if not budgets:
+        return ""
+    flops = sum(budgets) * len(spec.grid.recurrences)
+    text = (f"validation rungs: {len(budgets) * len(spec.grid.recurrences)} trials (the law's compute-optimal model "
+            f"per r at {', '.join(numbers.flops(c) for c in budgets)} FLOPs), {numbers.flops(flops)} FLOPs more")
+    if spec.placement.gpus_per_trial > 0 and spec.objective == "train":
+        text += f", {gpu_hours(flops):.3g} GPU-hours at that MFU"
+    return text
+
+
 # The GPU time of a sweep on GPUs is its FLOPs at an assumed model FLOPs utilisation of an assumed chip: 40% of
 # an H100 SXM's dense bf16 peak, a common figure for transformer pre-training at these sizes.
 MFU = 0.40
@@ -72,11 +86,15 @@ PEAK_FLOPS = 989e12
 PEAK_NAME = "an H100 SXM's 989 TFLOP/s dense bf16 peak"
 
 
+def gpu_hours(flops: float) -> float:
+    return flops / (MFU * PEAK_FLOPS) / 3600
+
+
 def gpu_hours_estimate(spec: SweepSpec) -> str:
     """GPU-hours = FLOPs / (MFU x peak) / 3600, for a sweep whose trials run on GPUs ("" otherwise): what the
     sweep costs on a cluster, which the wall time measured here cannot say."""
     if spec.placement.gpus_per_trial <= 0 or spec.objective != "train":
         return ""
-    hours = [f / (MFU * PEAK_FLOPS) / 3600 for f in flops_range(spec)]
+    hours = [gpu_hours(f) for f in flops_range(spec)]
     return (f"GPU time: {numbers.span(*hours)} GPU-hours, assuming {MFU:.0%} MFU of {PEAK_NAME} "
             f"(FLOPs / (MFU x peak))")

@@ -113,8 +113,9 @@ def estimate(spec: SweepSpec, throughput: Throughput | None) -> Estimate | None:
     if trains and throughput is None:
         return None
     out = Estimate(start_s=RAY_START_S)
-    for stage in STAGES:
-        cells = spec.cells(stage)
+    stages = {stage: spec.cells(stage) for stage in STAGES}
+    stages["validate"] = space.rung_cells(spec.grid, spec.rungs.budgets)  # after the search: its rungs, if any
+    for stage, cells in stages.items():
         if cells:
             out.stages[stage] = (STAGE_START_S + _stage_seconds(spec, stage, cells, throughput, likely_widths),
                                  STAGE_START_S + _stage_seconds(spec, stage, cells, throughput, narrowest_widths),

@@ -1,10 +1,10 @@
 """Ray Tune + Optuna: the one package of loopscale that imports Ray (its APIs churn); Optuna only here and in the
 law sampler (``search/law_sampler.py``).
 
-A stage (``calibrate`` or ``search``) is one Tune run over ALL its cells side by side. One Tune searcher
-(``searcher.CellSearcher``, over the Ray-free ``cells.CellTrials``) holds a seeded Optuna study per cell
-(``studies.CellStudy``, ask/tell) and hands each free slot to the cell ``search/dispatch.py`` picks, so no cell
-waits for another and every cell's study sees its earlier results. The trial on a worker is ``trial.run_trial``;
+A stage (``calibrate``, ``search`` or the rungs' ``validate``) is one Tune run over ALL its cells side by side.
+One Tune searcher (``searcher.CellSearcher``, over the Ray-free ``cells.CellTrials``) holds a seeded Optuna study
+per cell (``studies.CellStudy``, ask/tell) and hands each free slot to the cell ``search/dispatch.py`` picks, so no
+cell waits for another and every cell's study sees its earlier results. The trial on a worker is ``trial.run_trial``;
 its final result is kept as a receipt (``receipts``); the driver (``driver.run_search``) runs each stage
 (``stage``) on a Ray it starts or joins (``cluster``), logging to MLflow and printing progress through Tune
 callbacks (``callbacks``), which reach the driver's stop request and live searchers by name (``live``).

@@ -1,6 +1,7 @@
 """The driver of a sweep (``run_search``): check that it may start, take the sweep's lock and signals, prepare
-the data, start or join Ray, open the sweep's MLflow run, run the calibration stage (if any) and the search
-stage (``stage.run_stage``), and close the sweep with the FLOPs it spent."""
+the data, start or join Ray, open the sweep's MLflow run, run the calibration stage (if any), the search
+stage (``stage.run_stage``) and the validation rungs (if any: search/validate.py), and close the sweep with the
+FLOPs it spent. ``loopscale validate`` runs the rungs of a finished sweep through the same driver."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ import ray
 from loopscale import objectives
 from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
+from loopscale.analysis.validation import STAGE
+from loopscale.analysis.validation import lines as validation_lines
 
 from ..preflight import check_free_space, check_ray_address, ray_address
 from ..spec import SweepSpec
 from ..stopping import StoreFailure, SweepInterrupted, raise_if_interrupted
 from ..sweep_lock import SweepLock
+from ..validate import RungPlan, finish, plan_rungs, rungs_trained
 from ..tracking import close_sweep, code_version, find_parent_run, open_sweep, store_errors
 from . import live
 from .cluster import check_trials_fit, quiet, start_ray
@@ -49,8 +53,11 @@ class SweepState(JsonFile):
         self._fs.delete_file(self._file)
 
 
-def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) -> SweepOutcome:
-    """Run (or resume) the sweep: calibration if the spec asks for it, then the allocation search.
+def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False, rungs: RungPlan | None = None,
+               resume_with: str = "") -> SweepOutcome:
+    """Run (or resume) the sweep: calibration if the spec asks for it, then the allocation search, then its
+    ``[validate]`` rungs. With ``rungs`` (``loopscale validate``, which resumes with ``resume_with``), the sweep
+    must be complete, and only those rungs run.
 
     The sweep is complete only when every planned trial has its ended run in MLflow. Raises ValueError
     (before Ray starts, writing nothing) when the sweep cannot start: the stored state does not match (state
@@ -67,24 +74,30 @@ def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False) 
     lock = SweepLock(Path(spec.placement.storage) / spec.name) if local else contextlib.nullcontext()
     with lock, live.STOP.handling_signals():
         try:
-            return _drive(spec, resume, verbose)
+            return _drive(spec, resume, verbose, rungs, resume_with)
         except SweepInterrupted as exc:  # before a stage ran: resumable once the sweep's state is written
             if "--resume" in str(exc) or SweepState(spec.placement.storage, spec.name).load() is None:
                 raise
             raise type(exc)(exc.signum, f"{exc}; resume with: {resume_command(spec)}") from None
 
 
-def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
+def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None, resume_with: str) -> SweepOutcome:
     state = SweepState(spec.placement.storage, spec.name)
     saved = state.load()
-    if saved is not None:
+    if rungs is not None:  # the rungs of a complete sweep: its stages are done, the rungs run below
+        if not (saved or {}).get("complete"):
+            raise ValueError(f"sweep {spec.name!r} is not complete ({state.path}); finish it first: "
+                             f"{resume_command(spec)}")
+    elif saved is not None:
         if saved["spec_hash"] != spec.spec_hash:
             raise ValueError(f"sweep {spec.name!r} at {state.path} was started from a different spec "
                              f"(hash {saved['spec_hash']} != {spec.spec_hash}); use a new name or remove that state")
-        if saved.get("complete"):
-            if find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
+        if saved.get("complete") and find_parent_run(spec.placement.tracking_uri, spec.name) is not None:
+            if not spec.rungs.budgets or rungs_trained(spec):
                 print(f"sweep {spec.name!r} is already complete ({state.path}); nothing to do", flush=True)
                 return SweepOutcome(spec, {}, already_complete=True)
+            rungs = plan_rungs(spec, list(spec.rungs.budgets))  # [validate] added to a finished sweep
+        elif saved.get("complete"):
             lost = (f"sweep {spec.name!r} is complete ({state.path}) but MLflow "
                     f"{redact(spec.placement.tracking_uri)} holds none of its runs")
             if not resume:
@@ -124,7 +137,12 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
         tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
         recipe = spec.training.recipe
-        sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks)
+        sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks, resume_with)
+        if rungs is not None:
+            stages[STAGE] = _run_rungs(sweep, rungs)
+            with store_errors(spec.placement.tracking_uri):
+                close_sweep(spec.placement.tracking_uri, parent)
+            return SweepOutcome(spec, stages, experiment_id=experiment_id, parent_run_id=parent)
         if spec.training.calibrate is not None:
             stages["calibrate"] = run_stage(sweep, "calibrate", spec.training.recipe)
             best = stages["calibrate"].best()
@@ -136,7 +154,11 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
             print(f"calibrated {spec.training.calibrate.param} = {rate:.4g} "
                   f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
         stages["search"] = run_stage(sweep, "search", recipe)
-        flops = flops_spent(spec, stages)
+        if spec.rungs.budgets:
+            print(f"rungs at {', '.join(f'{c:.3g}' for c in spec.rungs.budgets)} FLOPs: fitting the sweep's law",
+                  flush=True)
+            stages[STAGE] = _run_rungs(sweep, plan_rungs(spec, list(spec.rungs.budgets), recipe=recipe))
+        flops = flops_spent(spec, {k: v for k, v in stages.items() if k != STAGE})  # the rungs': printed apart
         with store_errors(spec.placement.tracking_uri):
             close_sweep(spec.placement.tracking_uri, parent, flops)
         state.save({**saved, "complete": True})
@@ -151,6 +173,20 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool) -> SweepOutcome:
             os.environ[SNAPSHOT_ENV] = user_period
         if started_ray:
             ray.shutdown()
+
+
+def _run_rungs(sweep: SweepContext, plan: RungPlan) -> StageOutcome:
+    """The validation stage of ``plan``'s rungs (planned once, kept before it starts), then the comparison,
+    printed and written to the rungs' MLflow runs."""
+    if not plan.complete:
+        plan.save(sweep.spec)
+    print(f"validation: {len(plan.rungs)} rungs, the law's compute-optimal model at each", flush=True)
+    outcome = run_stage(sweep, STAGE, plan.recipe, plan.cells())
+    with store_errors(sweep.spec.placement.tracking_uri):
+        table = finish(sweep.spec, plan)
+    spent = sum(float(r["flops_spent"]) for r in outcome.results if finite(r.get("flops_spent")))
+    print("\n".join(validation_lines(table)) + f"\nthe rungs spent {flops_text(spent, None)}", flush=True)
+    return outcome
 
 
 def _disks(spec: SweepSpec) -> dict[str, str]:

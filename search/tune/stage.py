@@ -1,4 +1,4 @@
-"""One stage of a sweep (``calibrate`` or ``search``): one Tune run over all its cells, started afresh or
+"""One stage of a sweep (``calibrate``, ``search`` or ``validate``): one Tune run over all its cells, started afresh or
 restored after a crash, stopped cleanly when asked (``live.STOP``), then reconciled with MLflow so that every
 planned trial has its ended run."""
 
@@ -18,6 +18,7 @@ from ray.tune.result import EXPR_ERROR_FILE
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 
 from ..progress import Progress
+from ..space import Cell
 from ..spec import SweepSpec
 from ..stopping import StoreFailure, SweepInterrupted, signal_name
 from ..tracking import TrialTracker, discard_stage_runs, store_errors
@@ -46,6 +47,7 @@ class SweepContext:
     verbose: bool
     snapshot_period: str | None  # the user's own SNAPSHOT_ENV, if set
     disks: dict[str, str]  # the local folders the sweep writes to (the free-space checks)
+    resume: str = ""  # the command that resumes it, where not ``resume_command``'s (``loopscale validate``)
 
 
 @dataclass
@@ -63,14 +65,16 @@ def resume_command(spec: SweepSpec) -> str:
     return f"loopscale search {spec.source or spec.name} --resume"
 
 
-def run_stage(sweep: SweepContext, name: str, recipe: dict[str, Any] | None) -> StageOutcome:
-    """Run (or resume) the stage ``name`` with the recipe ``recipe``; raises ``SweepInterrupted`` or
+def run_stage(sweep: SweepContext, name: str, recipe: dict[str, Any] | None,
+              cells: list[Cell] | None = None) -> StageOutcome:
+    """Run (or resume) the stage ``name`` with the recipe ``recipe`` over ``cells`` (default: the spec's cells of
+    that stage); raises ``SweepInterrupted`` or
     ``StoreFailure`` after a clean stop, RuntimeError when a planned trial has no ended run."""
     # Tune snapshots its experiment state every 2 s; a trial that finished after the last snapshot is started
     # again on resume and reports its receipt (run_trial) without running twice. (A snapshot at every training
     # report writes many times the bytes and costs the driver CPU per trial.)
     os.environ[SNAPSHOT_ENV] = sweep.snapshot_period or "2"
-    stage = Stage(sweep, name, recipe)
+    stage = Stage(sweep, name, recipe, cells)
     tuner = stage.restored_tuner()
     if tuner is None:
         tuner = stage.new_tuner()
@@ -87,9 +91,11 @@ def run_stage(sweep: SweepContext, name: str, recipe: dict[str, Any] | None) -> 
 class Stage:
     """The stage's Tune run: where it keeps its state, its trainable, its tuner, its outcome."""
 
-    def __init__(self, sweep: SweepContext, name: str, recipe: dict[str, Any] | None):
+    def __init__(self, sweep: SweepContext, name: str, recipe: dict[str, Any] | None,
+                 cells: list[Cell] | None = None):
         self.sweep, self.spec, self.name, self.recipe = sweep, sweep.spec, name, recipe
-        self.cells = self.spec.cells(name)
+        self.cells = self.spec.cells(name) if cells is None else cells
+        self.resume = sweep.resume or resume_command(self.spec)
         self.path = f"{self.spec.placement.storage.rstrip('/')}/{self.spec.name}/{name}"
         self.receipts = f"{self.path}/receipts"
         # where the stage's trained trials save their models until it ends (search/tune/keep.py)
@@ -163,7 +169,7 @@ class Stage:
         spec, stage, cells, sweep = self.spec, self.name, self.cells, self.sweep
         with store_errors(spec.placement.tracking_uri):
             discard_stage_runs(spec.placement.tracking_uri, sweep.experiment_id, sweep.parent, stage)
-        searcher = CellSearcher(make_studies(spec, stage, self.recipe, journal=study_journal(spec)))
+        searcher = CellSearcher(make_studies(spec, stage, self.recipe, cells, journal=study_journal(spec)))
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.training.calibrate.param if stage == "calibrate" else "s")
         return tune.Tuner(
@@ -203,10 +209,10 @@ class Stage:
             finished = sum(1 for result in grid if "status" in (result.metrics or {}))
             raise SweepInterrupted(stop.signum, f"interrupted by {signal_name(stop.signum)}: {finished} of "
                                                 f"{len(planned)} {self.name} trials finished; resume with: "
-                                                f"{resume_command(spec)} (and the same options)")
+                                                f"{self.resume} (and the same options)")
         if stop.failure:
             raise StoreFailure(f"{stop.failure}; the sweep stopped and keeps every finished trial: fix it, then run "
-                               f"{resume_command(spec)}")
+                               f"{self.resume}")
 
     def outcome(self, grid: Any, planned: set[str]) -> StageOutcome:
         """Every trial's result, once MLflow holds an ended run for each planned trial (logged now from its
@@ -226,7 +232,7 @@ class Stage:
         if missing:
             raise RuntimeError(f"{len(missing)} of {len(planned)} planned {stage} trials have no ended run in MLflow "
                                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); run "
-                               f"{resume_command(spec)}")
+                               f"{self.resume}")
         for result in grid:
             metrics = {k: v for k, v in (result.metrics or {}).items() if k in METRIC_KEYS}
             if result.error is not None:
