@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .runs import own_rows
 from .store import EVAL_COLUMN
 
 DEPTH_COLUMNS = ("run_id", "stage", "budget_flops", "r", "width", "r_eval", "val_loss_r_eval", "val_loss", "gain")
@@ -25,7 +26,7 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     columns = {int(m.group(1)): c for c in runs.columns if (m := EVAL_COLUMN.match(str(c)))}
     if not columns:
         return pd.DataFrame(columns=list(DEPTH_COLUMNS))
-    trials = runs[(runs["status"] == "ok") & (runs.get("branch_of", pd.Series("", index=runs.index)) == "")]
+    trials = runs[(runs["status"] == "ok") & own_rows(runs)]
     rows = []
     for r_eval, column in sorted(columns.items()):
         loss = pd.to_numeric(trials[column], errors="coerce")

@@ -245,6 +245,14 @@ def budget_disagreement(runs: pd.DataFrame, name: str) -> str:
             "(the median of those), where a run spends half its budget to all of it; they are fitted as they are")
 
 
+def own_rows(runs: pd.DataFrame) -> pd.Series:
+    """True on a trial's own row, False on a warmdown branch point of one (``branch_of`` set); True on every row
+    of a table without the column."""
+    if "branch_of" not in runs:
+        return pd.Series(True, index=runs.index)
+    return runs["branch_of"].fillna("") == ""
+
+
 def usable_runs(runs: pd.DataFrame, stage: str | None = "search") -> pd.DataFrame:
     """Rows with status 'ok' (of ``stage``, unless None): what a fit may use."""
     keep = runs["status"] == "ok"

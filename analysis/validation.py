@@ -34,6 +34,7 @@ from .allocation import allocation_table
 from .fit_problem import fit_rows
 from .fit_types import CONSTANTS, LawFit
 from .options import FitOptions
+from .runs import own_rows
 from .sizes import SizeCurve
 
 STAGE = "validate"  # the stage tag of rung runs
@@ -173,7 +174,7 @@ def _meaning(row: pd.Series, fitted_top: float) -> str:
 def compare(fit: LawFit, runs: pd.DataFrame, options: FitOptions) -> pd.DataFrame:
     """The rung runs of ``runs`` (stage ``validate``) against ``fit``'s prediction at the sizes they trained;
     empty when there are none, or when the fit's stage takes them in (``--stage all``)."""
-    rungs = runs[(runs["stage"] == STAGE) & (runs["branch_of"].fillna("") == "")]  # a rung, not a branch point of one
+    rungs = runs[(runs["stage"] == STAGE) & own_rows(runs)]  # a rung, not a branch point of one
     if rungs.empty or options.stage in (None, STAGE):  # a fit that holds the rungs cannot check them
         return pd.DataFrame()
     trained = rungs.drop_duplicates(["budget_flops", "r"])[["budget_flops", "r", "width", "N_once", "N_rec",
