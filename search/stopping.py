@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,20 +58,24 @@ def take_signals() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
     if not isinstance(sys.unraisablehook, _UnlessASignal):
-        sys.unraisablehook = _UnlessASignal(sys.unraisablehook)
+        sys.unraisablehook = _UnlessASignal(sys.unraisablehook, lambda: bool(_received))
     return {s: signal.signal(s, interrupt) for s in SIGNALS}
 
 
 class _UnlessASignal:
     """An unraisable-exception hook that passes on everything but a signal's own exception (``SystemExit``,
-    ``KeyboardInterrupt``, ``SweepInterrupted``), which the caller acts on from the signal it noted."""
+    ``KeyboardInterrupt``, ``SweepInterrupted``), which the caller acts on from the signal it noted; and, once a
+    signal has arrived (``arrived()``), nothing: what Python swallows after it is its consequence (a library's
+    fork hook cut short by the signal's exception fails in the next one: filelock's ``_resume_parent_after_fork``,
+    an IndexError, 1 SIGTERM of a suite's while Ray started), and the command's one line says what happened."""
 
-    def __init__(self, reporting: Any):
-        self.reporting = reporting
+    def __init__(self, reporting: Any, arrived: Callable[[], bool]):
+        self.reporting, self.arrived = reporting, arrived
 
     def __call__(self, unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, (SystemExit, KeyboardInterrupt, SweepInterrupted)):
-            self.reporting(unraisable)
+        if isinstance(unraisable.exc_value, (SystemExit, KeyboardInterrupt, SweepInterrupted)) or self.arrived():
+            return
+        self.reporting(unraisable)
 
 
 def restore_signals(previous: dict[int, Any]) -> None:
@@ -116,7 +120,7 @@ def signals_noted() -> Iterator[list[int]]:
     a traceback ending in Ray's ``sys.exit(15)``, for a SIGTERM while Ray starts:
     tests/benchmarks/bench_start_signals.py). Inside the block a signal's exception (``SystemExit``,
     ``KeyboardInterrupt``, ``SweepInterrupted``) goes unreported, since the caller acts on the noted signal
-    and says it in one line; any other goes to the hook there was."""
+    and says it in one line; any other goes to the hook there was until a signal arrives (``_UnlessASignal``)."""
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
@@ -125,17 +129,21 @@ def signals_noted() -> Iterator[list[int]]:
     for fd in (reader, writer):
         os.set_blocking(fd, False)
     previous = signal.set_wakeup_fd(writer)
+    def arrived() -> bool:
+        try:
+            noted.extend(os.read(reader, 4096))
+        except BlockingIOError:  # nothing (more) arrived
+            pass
+        return bool(noted)
+
     reporting = sys.unraisablehook
-    sys.unraisablehook = _UnlessASignal(reporting)
+    sys.unraisablehook = _UnlessASignal(reporting, arrived)
     try:
         yield noted
     finally:
         sys.unraisablehook = reporting
         signal.set_wakeup_fd(previous)
-        try:
-            noted.extend(os.read(reader, 4096))
-        except BlockingIOError:  # nothing arrived
-            pass
+        arrived()
         os.close(reader)
         os.close(writer)
 

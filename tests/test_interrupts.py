@@ -191,7 +191,8 @@ def test_a_signal_whose_exception_python_swallows_is_still_noted_and_not_reporte
     SIGTERMs during ray.init were lost and the sweep ran to its end with exit 0): the handler ran, its
     exception is gone, and ``signals_noted`` still has the signal. Python's report of it ("Exception ignored
     in", a traceback on stderr before the one line: 2 of 80 SIGTERMs while Ray started) is dropped; any other
-    swallowed exception is still reported."""
+    swallowed exception is still reported until a signal arrives, and dropped after it (its consequence: a fork
+    hook the signal cut short failing in the next, once in a suite while Ray started)."""
     def raising(signum, frame):
         raise SweepInterrupted(signum, "interrupted")
 
@@ -207,8 +208,9 @@ def test_a_signal_whose_exception_python_swallows_is_still_noted_and_not_reporte
     previous_hook, sys.unraisablehook = sys.unraisablehook, reported.append
     try:
         with signals_noted() as noted:
+            Swallowing(lambda: 1 / 0)  # before any signal: reported
             Swallowing(lambda: signal.raise_signal(signal.SIGTERM))  # the handler runs here; its exception dropped
-            Swallowing(lambda: 1 / 0)
+            Swallowing(lambda: [].pop())  # after it: dropped
         assert noted == [signal.SIGTERM]
         assert [type(r.exc_value) for r in reported] == [ZeroDivisionError]
         assert sys.unraisablehook == reported.append  # put back
