@@ -16,7 +16,7 @@ import pandas as pd
 
 from loopscale.model import LoopedConfig, account, tokens_for_budget
 
-from .runs import template_of
+from .runs import own_rows, template_of
 from .sizes import PAPER_BATCH_TOKENS, PAPER_TEMPLATE
 
 # The paper's widths s per budget C (FLOPs), run for every r in PAPER_RECURRENCES.
@@ -61,8 +61,7 @@ def flops_spent(runs: pd.DataFrame) -> dict[str, Any]:
     """What a runs table spent: ``total`` (every run that reports it, calibration included), ``per_cell``
     (cell key -> FLOPs of its search runs) and ``paper_grid`` (the grid's figure when comparable, else None).
     A warmdown branch's row spent nothing of its own: its warmdown is in its trial's ``flops_spent``."""
-    if "branch_of" in runs:
-        runs = runs[runs["branch_of"] == ""]
+    runs = runs[own_rows(runs)]
     spent = runs.assign(flops_spent=pd.to_numeric(runs.get("flops_spent"), errors="coerce").fillna(0.0))
     search = spent[spent["stage"] == "search"] if "stage" in spent else spent
     per_cell = {f"C={b:.3g},r={int(r)}": float(f) for (b, r), f in

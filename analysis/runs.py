@@ -184,7 +184,7 @@ def mark_repeated_branches(runs: pd.DataFrame) -> pd.DataFrame:
     """
     ok = runs["status"] == "ok"
     key = pd.Series(list(zip(*(runs[c].map(str) for c in REPEAT_KEY))), index=runs.index)
-    is_branch = runs["branch_of"] != ""
+    is_branch = ~own_rows(runs)
     order = np.lexsort((runs.index.to_numpy(), is_branch.to_numpy()))  # trials first, then branches in order
     seen: set[tuple[str, ...]] = set()
     runs = runs.copy()
