@@ -8,6 +8,8 @@ import logging
 import math
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import optuna
 import ray
@@ -34,12 +36,8 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
     Whatever ``ray.init`` started before a signal is shut down; afterwards ``live.STOP`` holds both signals again."""
     if ray.is_initialized():
         return False
-    if not (spec.placement.address or os.environ.get("RAY_ADDRESS")):
-        # A Ray started here has no fault-tolerant store: once its GCS is gone (a SIGTERM to the whole process
-        # group ends it with the driver) nothing can reconnect, and Ray's default 60 s wait for it only delays
-        # the driver's exit (at full CPU). Read by every process of this Ray from the environment.
-        os.environ.setdefault(LOCAL_GCS_WAIT_ENV, str(LOCAL_GCS_WAIT_S))
-    with signals_noted() as noted:
+    local = not (spec.placement.address or os.environ.get("RAY_ADDRESS"))
+    with signals_noted() as noted, _local_gcs_wait(local):
         try:
             ray.init(address=spec.placement.address, include_dashboard=False, log_to_driver=verbose,
                      logging_level="INFO" if verbose else "ERROR", runtime_env=runtime_env(spec))
@@ -57,6 +55,23 @@ def start_ray(spec: SweepSpec, verbose: bool) -> bool:
         ray.shutdown()
         raise SweepInterrupted(lost[0], f"interrupted by {signal_name(lost[0])}")
     return True
+
+
+@contextmanager
+def _local_gcs_wait(local: bool) -> Iterator[None]:
+    """While ``ray.init`` starts a local Ray: its processes and this driver's core worker, which read Ray's
+    settings from the environment as they start, wait ``LOCAL_GCS_WAIT_S`` for a store that is gone, not Ray's
+    default 60 s. A Ray started here has no fault-tolerant store: once its GCS is gone (a SIGTERM to the whole
+    process group ends it with the driver) nothing can reconnect, and the wait only delays the driver's exit (at
+    full CPU). The environment is put back afterwards: a cluster joined later keeps Ray's default."""
+    if not local or LOCAL_GCS_WAIT_ENV in os.environ:
+        yield
+        return
+    os.environ[LOCAL_GCS_WAIT_ENV] = str(LOCAL_GCS_WAIT_S)
+    try:
+        yield
+    finally:
+        del os.environ[LOCAL_GCS_WAIT_ENV]
 
 
 def runtime_env(spec: SweepSpec) -> dict | None:
