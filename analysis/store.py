@@ -59,6 +59,27 @@ def eval_column(r_eval: int) -> str:
     return f"val_loss_r{r_eval}"
 
 
+# A trial run's numbers. Only its curves are MLflow metrics, so that the run's charts in the UI are its loss
+# curves (the UI draws a chart per metric, single points too): ``train_loss`` over the steps and the final
+# ``val_loss`` (kept a metric: the runs table sorts by it). Every other number of a trial (sizes, tokens, FLOPs,
+# s, r, lr, wall time, its warmdown branches' and module's values, evaluations at other r, a rung's prediction)
+# has one value and lives in one JSON tag at full precision, written by search (tracking.py, evaluate.py,
+# validate.py). Sweeps logged before kept them all as metrics: ``trial_numbers`` reads both.
+CHARTED = ("train_loss", "val_loss")
+NUMBERS_TAG = "loopscale.numbers"
+
+
+def numbers_tag(numbers: dict[str, float], logged: str = "") -> str:
+    """``NUMBERS_TAG``'s value: ``numbers`` over those the run's tag holds already (``logged``, its JSON)."""
+    return json.dumps({**(json.loads(logged) if logged else {}), **numbers}, sort_keys=True)
+
+
+def trial_numbers(run: Any) -> dict[str, float]:
+    """Every number of a trial run (``CHARTED``'s latest values, and the single-valued ones) by name, whether
+    its sweep logged them as metrics (before) or in ``NUMBERS_TAG``."""
+    return {**run.data.metrics, **json.loads(run.data.tags.get(NUMBERS_TAG) or "{}")}
+
+
 # A factory's options are one param, their JSON, so that their types survive the store (a param is a string,
 # and ``1.0`` or ``"1"`` flattened as text read back as the int 1): written by search/tracking.py, read by
 # analysis/runs.py. An older version logged them flat, as ``template.options.<name>`` = str(value).

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
+
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.slow]
@@ -93,7 +95,7 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
     for run in trials:
         # every trial is listed by name, and the name carries its r and width
         assert run.info.run_name in body
-        assert f"r={run.data.tags['r']} d={int(run.data.metrics['width'])}" in run.info.run_name
+        assert f"r={run.data.tags['r']} d={int(trial_numbers(run)['width'])}" in run.info.run_name
         if run.data.tags["stage"] == "calibrate":  # calibration runs differ by the rate they try
             assert run.info.run_name.endswith(f" base_lr={float(run.data.params['recipe.base_lr']):.3g}")
 
