@@ -32,9 +32,9 @@ LOOPBACK = "127.0.0.1"
 VIEW_KEY = "loopscale"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 # What a trial is and what it scored, as the runs table shows them: tags written for reading (``view_tags``:
-# budgets in e-notation, counts in k/M/B, the loss to 3 decimals), not the metrics, so that a cell's group row
-# shows no per-column minimum of its runs (a run that does not exist) and nothing is cut or shown to 10 digits.
-# The metrics stay for sorting, charts and the analysis.
+# budgets in e-notation, counts in k/M/B, the loss to 3 decimals), not the numbers themselves, so that a cell's
+# group row shows no per-column minimum of its runs (a run that does not exist) and nothing is cut or shown to 10
+# digits. The numbers stay at full precision for sorting, charts and the analysis (``store.trial_numbers``).
 VIEW_TAGS = ("r", "C", "width", "N", "tokens", "loss")
 # The experiment's kind, which MLflow 3's kind selector and older 3.x UIs open it by: training runs, not GenAI.
 # MLflow 3.17 itself opens every page in the browser's workflow type (the URL's ``workflowType``, else the user's
