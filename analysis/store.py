@@ -24,6 +24,7 @@ Checks (every failure is a ValueError of one line, the URI's password shown as `
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -69,15 +70,30 @@ CHARTED = ("train_loss", "val_loss")
 NUMBERS_TAG = "loopscale.numbers"
 
 
-def numbers_tag(numbers: dict[str, float], logged: str = "") -> str:
-    """``NUMBERS_TAG``'s value: ``numbers`` over those the run's tag holds already (``logged``, its JSON)."""
-    return json.dumps({**(json.loads(logged) if logged else {}), **numbers}, sort_keys=True)
+def numbers_tags(numbers: dict[str, float], run: Any = None) -> dict[str, str]:
+    """The tags that hold ``numbers`` over those ``run`` holds already: their JSON in ``NUMBERS_TAG``, continued
+    in ``NUMBERS_TAG.1``, ``.2``, ... past MLflow's tag length (a module may report many values)."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    text = json.dumps({**(_tagged_numbers(run.data.tags) if run is not None else {}), **numbers}, sort_keys=True)
+    return {_numbers_piece(i // MAX_TAG_VAL_LENGTH): text[i:i + MAX_TAG_VAL_LENGTH]
+            for i in range(0, len(text), MAX_TAG_VAL_LENGTH)}
 
 
 def trial_numbers(run: Any) -> dict[str, float]:
     """Every number of a trial run (``CHARTED``'s latest values, and the single-valued ones) by name, whether
     its sweep logged them as metrics (before) or in ``NUMBERS_TAG``."""
-    return {**run.data.metrics, **json.loads(run.data.tags.get(NUMBERS_TAG) or "{}")}
+    return {**run.data.metrics, **_tagged_numbers(run.data.tags)}
+
+
+def _numbers_piece(i: int) -> str:
+    return NUMBERS_TAG if i == 0 else f"{NUMBERS_TAG}.{i}"
+
+
+def _tagged_numbers(tags: dict[str, str]) -> dict[str, float]:
+    pieces = itertools.takewhile(lambda piece: piece is not None, (tags.get(_numbers_piece(i))
+                                                                    for i in itertools.count()))
+    return json.loads("".join(pieces) or "{}")
 
 
 # A factory's options are one param, their JSON, so that their types survive the store (a param is a string,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loopscale.analysis.store import NUMBERS_TAG, eval_column, numbers_tag
+from loopscale.analysis.store import eval_column, numbers_tags
 from loopscale.objectives.trial import module_metrics
 
 
@@ -47,6 +47,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
     numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
     evaluation, for an experiment without kept models or an architecture that no longer loads."""
     import torch
+    from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
     from loopscale.analysis.store import check_store, iter_runs, resolve_tracking_uri, runs_query
@@ -87,7 +88,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
             entry.losses[r] = validation_loss(module, model.trial, device)
             metrics[eval_column(r)] = entry.losses[r]
             metrics.update({f"{key}_r{r}": value for key, value in module_metrics(module).items()})
-        client.set_tag(run.info.run_id, NUMBERS_TAG, numbers_tag(metrics, run.data.tags.get(NUMBERS_TAG, "")))
+        client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in numbers_tags(metrics, run).items()])
         done.append(entry)
     return done
 

@@ -53,8 +53,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from loopscale.analysis import numbers
-from loopscale.analysis.store import (CHARTED, KIND_TAG, NUMBERS_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text,
-                                      iter_runs, numbers_tag, redact, runs_query, sqlite_path, store_failure_types)
+from loopscale.analysis.store import (CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs,
+                                      numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key, is_module_key
 
@@ -423,7 +423,7 @@ class TrialTracker:
             numbers.update(resumes=result["resumes"],
                            flops_lost=float(int(result["flops_per_token"]) * entry.lost_steps * batch))
             tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))
-        tags.append(RunTag(NUMBERS_TAG, numbers_tag(numbers)))
+        tags += [RunTag(k, v) for k, v in numbers_tags(numbers).items()]
         tags += [RunTag(k, v) for k, v in loss_tag(result).items()]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))

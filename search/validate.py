@@ -19,7 +19,7 @@ import pandas as pd
 
 from loopscale.analysis import validation
 from loopscale.analysis.options import DEFAULT_FIT_OPTIONS
-from loopscale.analysis.store import NUMBERS_TAG, numbers_tag, runs_query
+from loopscale.analysis.store import numbers_tags, runs_query
 
 from .space import Cell
 from .spec import SweepSpec
@@ -143,6 +143,7 @@ def finish(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:
     """After the stage: the rungs predicted and achieved (``achieved_table``), written as columns of each
     rung's MLflow run (numbers predicted, predicted_lo, predicted_hi, gap_predicted, gap_lo, gap_hi in its
     ``store.NUMBERS_TAG``; tag ``validation`` hit or miss), and the plan marked complete."""
+    from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
     table = achieved_table(spec, plan)
@@ -155,7 +156,7 @@ def finish(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:
             continue
         row = row.iloc[0]
         predicted = {column: float(row[column]) for column in PREDICTED if np.isfinite(row[column])}
-        client.set_tag(run.info.run_id, NUMBERS_TAG, numbers_tag(predicted, run.data.tags.get(NUMBERS_TAG, "")))
-        client.set_tag(run.info.run_id, "validation", row["verdict"])
+        tags = {**numbers_tags(predicted, run), "validation": row["verdict"]}
+        client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     plan.save(spec, complete=True)
     return table

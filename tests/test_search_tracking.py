@@ -184,10 +184,11 @@ def test_a_trial_charts_only_its_losses_and_keeps_its_other_numbers_in_one_tag(t
     t.start("search/a/1", META, config(2))
     t.curve("search/a/1", {"train_loss": 4.0, "step": 5})
     final = {**result(3.0), "steps": 7, "train_loss": 3.5, "N": 12345, "lr": 0.1 / 3, "branch0.val_loss": 3.25}
-    t.finish("search/a/1", final)
+    many = {f"module.gate{i}": i / 7 for i in range(400)}  # past MLflow's tag length: the tag continues
+    t.finish("search/a/1", {**final, **many})
     (run,) = runs(spec, experiment_id)
-    assert set(run.data.metrics) == {"train_loss", "val_loss"}
-    assert trial_numbers(run) == {k: v for k, v in final.items() if k not in ("status", "reason")}
+    assert set(run.data.metrics) == {"train_loss", "val_loss"} and "loopscale.numbers.1" in run.data.tags
+    assert trial_numbers(run) == {k: v for k, v in {**final, **many}.items() if k not in ("status", "reason")}
 
     old = MlflowClient(spec.placement.tracking_uri).create_run(experiment_id, tags={
         "loopscale.kind": "trial", "sweep": spec.name, "stage": "search", "cell": META["cell"], "status": "ok"})
