@@ -264,14 +264,14 @@ def discard_run(client: MlflowClient, run_id: str, *, running: bool = True) -> N
 
 def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
     """Mark the sweep's run finished, with the FLOPs its trials spent (``flops``: total, per_cell, paper_grid)
-    as metrics ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) and ``flops_spent.json``."""
+    as ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) in its numbers (``store.NUMBERS_TAG``:
+    one value each, no chart) and ``flops_spent.json``."""
     client = MlflowClient(tracking_uri)
     if flops is not None:
-        metrics = {"flops_spent": flops["total"]}
+        spent = {"flops_spent": flops["total"]}
         if flops.get("paper_grid"):
-            metrics["flops_spent_vs_paper_grid"] = flops["total"] / flops["paper_grid"]
-        now = int(time.time() * 1000)
-        client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+            spent["flops_spent_vs_paper_grid"] = flops["total"] / flops["paper_grid"]
+        client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in numbers_tags(spent).items()])
         client.log_dict(parent_run_id, flops, "flops_spent.json")
     client.set_terminated(parent_run_id, "FINISHED")
 

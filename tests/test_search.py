@@ -72,6 +72,7 @@ def test_simulated_sweep_logs_exactly_the_planned_runs(tmp_path, capsys):
     assert parent.info.status == "FINISHED" and parent.data.tags["spec_hash"] == spec.spec_hash
     artifacts = [a.path for a in MlflowClient(spec.placement.tracking_uri).list_artifacts(parent.info.run_id)]
     assert sorted(artifacts) == ["flops_spent.json", "spec.toml"]
+    assert trial_numbers(parent)["flops_spent"] > 0 and not parent.data.metrics  # one value: no chart
 
     keys = set()
     for run in runs:
