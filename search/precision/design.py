@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 from dataclasses import dataclass
 
-import optuna
 import pandas as pd
 
 from loopscale.analysis.runs import expand_branches
@@ -66,7 +66,7 @@ def design_of(spec: SweepSpec, law: JointLaw, noise: Noise, slots: int) -> Desig
     """The runs ``spec``'s search stage would make under ``law`` and ``noise`` on ``slots`` workers."""
     fixed = spec.training.recipe.get("branch_budgets", []) if spec.objective == "train" else []
     simulated = simulated_spec(spec, law, noise)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("optuna").setLevel(logging.WARNING)  # a line per study created, else (Optuna's own logger)
     trials = CellTrials(make_studies(simulated, "search", None))
     clock, running, rows, n = 0.0, [], [], 0
     while True:

@@ -121,9 +121,9 @@ class Search:
 
 
 def cheapest(spec: SweepSpec, make: Callable[[tuple[str, ...]], SweepSpec], setting: Setting, own: Outcome,
-             target: Target, baseline: Baseline | None = None) -> Search:
-    """The cheapest designs among ``candidates(spec)`` (each built by ``make`` from its ``--set`` items) that reach
-    ``target``, ``own`` being the spec's own forecast."""
+             target: Target, baseline: Baseline | None = None, reported: int = REPORTED) -> Search:
+    """The ``reported`` cheapest designs among ``candidates(spec)`` (each built by ``make`` from its ``--set``
+    items) that reach ``target``, ``own`` being the spec's own forecast."""
     ratio = own.phi.median / (linear_sd_phi(own.design, setting.law, setting.noise) or float("nan"))
     limit = target.screen_half_width(setting.options.confidence)
     ranked = []
@@ -143,7 +143,7 @@ def cheapest(spec: SweepSpec, make: Callable[[tuple[str, ...]], SweepSpec], sett
             met.append(outcome)
 
     for expected, candidate, variant, design in sorted(ranked, key=lambda t: t[3].flops):
-        if len(met) >= REPORTED or len(tried) > CONFIRM_LIMIT:
+        if len(met) >= reported or len(tried) > CONFIRM_LIMIT:
             break
         if expected <= limit:
             simulate(candidate, variant, design)
@@ -153,7 +153,7 @@ def cheapest(spec: SweepSpec, make: Callable[[tuple[str, ...]], SweepSpec], sett
             simulate(candidate, variant, design)
     met.sort(key=lambda o: o.design.flops)
     best = None if met else min(tried, key=lambda o: _shortfall(o, target))
-    return Search(met=met[:REPORTED], best=best, screened=len(ranked) + 1, simulated=len(tried))
+    return Search(met=met[:reported], best=best, screened=len(ranked) + 1, simulated=len(tried))
 
 
 def _shortfall(outcome: Outcome, target: Target) -> float:

@@ -39,7 +39,7 @@ def setting_of(spec: SweepSpec, pilot: str | None, tracking_uri: str | None, sim
     """The forecast's law and noise: the pilot's, else the spec's ``[simulate]`` ones."""
     if pilot:
         law, noise, _ = measured(pilot, tracking_uri, options)
-        return Setting(law=law, noise=noise, law_source=f"pilot sweep {pilot!r}'s fit",
+        return Setting(law=law, noise=noise, law_source=f"the fit of pilot sweep {pilot!r}",
                        noise_source=f"measured on {pilot!r}", sims=sims, slots=slots, options=options)
     sim = spec.simulation
     law = JointLaw(**sim.law) if sim.law else PAPER_LAW
