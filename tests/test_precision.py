@@ -82,6 +82,19 @@ def test_the_noise_of_a_pilot_is_measured_back():
     assert 0.007 < within < 0.014 and 0.01 < offsets < 0.035, (within, offsets)
 
 
+def test_delta_phi_against_a_baseline_runs_table(capsys, tmp_path):
+    spec = small(QUIET, "trials_per_cell=3")
+    chosen = setting(spec, 1)
+    base = design_of(spec, chosen.law, chosen.noise, 2).copy(chosen.law, chosen.noise, 0)
+    base.drop(columns=["width"]).to_csv(tmp_path / "base.csv", index=False)  # a table without widths, too
+    argv = ["plan", "smoke", *(a for item in (*SMALL, QUIET, "trials_per_cell=3") for a in ("--set", item)),
+            "--precision", "--baseline", str(tmp_path / "base.csv"), "--delta", "0.5", "--sims", "2"]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the lines wrap
+    assert f"Delta-phi against the baseline (sweep '{tmp_path / 'base.csv'}'" in out
+    assert "at Delta = 0.5, one model with a shared base law" in out and "power to tell it from 0: 100%" in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--precision", "--sims", "1"], "--sims must be between 2"),
     (["--precision", "--mfu", "1.5"], "--mfu must be in (0, 1]"),

@@ -137,7 +137,8 @@ def cheapest(spec: SweepSpec, make: Callable[[tuple[str, ...]], SweepSpec], sett
     tried = [own]
 
     def simulate(candidate, variant, design) -> None:
-        outcome = forecast(variant, setting, baseline, target.delta, candidate.label, candidate.sets, design)
+        delta = target.delta if target.power is not None else None  # Delta's fits only where the target asks
+        outcome = forecast(variant, setting, baseline, delta, candidate.label, candidate.sets, design)
         tried.append(outcome)
         if target.met(outcome):
             met.append(outcome)

@@ -4,6 +4,8 @@ the simulated objective's sizes), and the baseline of Delta-phi (a sweep's fit a
 
 from __future__ import annotations
 
+import pandas as pd
+
 from loopscale.analysis import fit_joint_law
 from loopscale.analysis.options import FitOptions
 from loopscale.analysis.precision import measured_noise, quick_options
@@ -15,7 +17,8 @@ from ..spec import SweepSpec
 from .design import Design
 from .forecast import Baseline, Setting
 
-DESIGN_COLUMNS = ("run_id", "branch_of", "budget_flops", "r", "width", "N_once", "N_rec", "tokens", "flops_spent")
+DESIGN_COLUMNS = ("run_id", "branch_of", "status", "stage", "budget_flops", "r", "width", "N_once", "N_rec", "tokens",
+                  "flops_spent")
 
 
 def measured(experiment: str, tracking_uri: str | None, options: FitOptions) -> tuple[JointLaw, Noise, Design]:
@@ -24,13 +27,11 @@ def measured(experiment: str, tracking_uri: str | None, options: FitOptions) -> 
     runs = load_runs(experiment, tracking_uri)
     fit = fit_joint_law(runs, options=quick_options(options))
     within, offsets = measured_noise(fit, runs, options)
-    used = usable_runs(runs, stage=options.stage)
-    missing = [c for c in DESIGN_COLUMNS if c not in used]
-    if missing:
-        raise ValueError(f"{experiment}: its runs lack {', '.join(missing)}, which a design needs")
-    table = used[list(DESIGN_COLUMNS)].assign(branch_of=lambda t: t["branch_of"].fillna("").astype(str))
-    own = table[own_rows(used)]
-    design = Design(runs=table.reset_index(drop=True), trials=len(own), flops=float(own["flops_spent"].sum()))
+    table = usable_runs(runs, stage=options.stage)[list(DESIGN_COLUMNS)].reset_index(drop=True)
+    # a table without widths (another model family's runs): each run its own key for its noise draw
+    table["width"] = table["width"].fillna(pd.Series(range(1, len(table) + 1), dtype=float))
+    own = table[own_rows(table)]
+    design = Design(runs=table, trials=len(own), flops=float(own["flops_spent"].sum()))
     return fit.law, Noise(noise=within, cell_noise=offsets, misspec=0.0), design
 
 
@@ -56,6 +57,5 @@ def baseline_of(setting: Setting, experiment: str | None, phi: float | None, tra
         return Baseline(phi=law.phi, law=law, noise=noise, design=design, source=f"sweep {experiment!r}")
     held = setting.law.phi if phi is None else phi
     law = JointLaw(**{**setting.law.to_dict(), "phi": held})
-    return Baseline(phi=held, law=law, noise=setting.noise, design=None,
-                    source=f"phi = {held:g} on the spec's design")
+    return Baseline(phi=held, law=law, noise=setting.noise, design=None, source="the spec's design")
 

@@ -11,6 +11,7 @@ from loopscale.objectives.noise import Noise
 
 from ..plan.flops import gpu_hours, trial_flops
 from ..spec import SweepSpec
+from .candidates import searched_range
 from .forecast import Baseline, Outcome, Search, Setting, Target
 
 
@@ -94,6 +95,5 @@ def search_lines(spec: SweepSpec, search: Search, target: Target, mfu: float, pe
         return [head] + [f"  {o.label}: {cost_line(spec, o, mfu, peak)}; {_reached(o, target)}; "
                          f"--set {' --set '.join(repr(s) for s in o.sets)}" for o in search.met]
     best = search.best
-    return [head, f"  none in the searched range (budgets up to x8 and one rung more, trials per cell up to x2, "
-                  f"r sets) reaches it; the best simulated, {best.label}: {_reached(best, target)}, "
-                  f"{cost_line(spec, best, mfu, peak)}"]
+    return [head, f"  none in the searched range ({searched_range()}) reaches it; the best simulated, {best.label}: "
+                  f"{_reached(best, target)}, {cost_line(spec, best, mfu, peak)}"]
