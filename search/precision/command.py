@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-# 16 copies: the forecast of the demo's design then takes about 25 s on 2 shared cores; the median half-width's
-# Monte Carlo error is about 6% of it and a power's at most 12 points (both printed)
+# 16 copies: the forecast of the demo's design then takes 16 CPU-s (36 s wall on 2 cores shared at load 5); the
+# median half-width's Monte Carlo error is about 10% of it and a power's at most 12 points (both printed)
 DEFAULT_SIMS = 16
 MAX_SIMS = 1000
 DEFAULT_DELTA = 0.1
