@@ -76,7 +76,8 @@ def _precision_arguments(p: argparse.ArgumentParser) -> None:
                         "of phi's interval is at most H")
     g.add_argument("--power", type=float, help="search for the cheapest design that tells --delta from 0 with this "
                                                "power (e.g. 0.8)")
-    g.add_argument("--sims", type=int, default=DEFAULT_SIMS, help=f"simulated copies per design (default {DEFAULT_SIMS})")
+    g.add_argument("--sims", type=int, default=DEFAULT_SIMS,
+                   help=f"simulated copies per design (default {DEFAULT_SIMS})")
     g.add_argument("--gpu-flops", type=float, default=None, metavar="FLOP/S",
                    help="the GPU's peak FLOP/s for GPU-hours (default 989e12: an H100 SXM's dense bf16)")
     g.add_argument("--mfu", type=float, default=None, help="the model FLOPs utilisation for GPU-hours (default 0.4)")

@@ -65,9 +65,10 @@ def render_precision(spec: SweepSpec, setting: Setting, own: Outcome, *, baselin
         f"{_share(own.phi.power('phi = 1'), own.phi.n)}",
     ]
     if own.delta is not None and baseline is not None:
+        power = _share(own.delta.power("Delta = 0"), own.delta.n)
         lines += [f"Delta-phi against the baseline ({baseline.source}, phi {numbers.sig(baseline.phi)}, noise "
                   f"{_noise(baseline.noise)}) at Delta = {delta:g}, one model with a shared base law: half-width "
-                  f"{_half_width(own.delta)}; power to tell it from 0: {_share(own.delta.power('Delta = 0'), own.delta.n)}"]
+                  f"{_half_width(own.delta)}; power to tell it from 0: {power}"]
     lines.append(f"cost: {cost_line(spec, own, mfu, peak)}")
     if search is not None and target is not None:
         lines += search_lines(spec, search, target, mfu, peak)
