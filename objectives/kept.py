@@ -46,13 +46,14 @@ def read_kept(data: bytes, where: str) -> tuple[TrialConfig, dict[str, torch.Ten
 
 
 def config_at(trial: TrialConfig, r: int | None = None) -> LoopedConfig:
-    """The trial's model shape, at ``r`` recurrences of its shared block (None: as trained). Only the count
-    changes: the block keeps its layers (``n_recur``), so the weights are the same."""
+    """The trial's model shape, at ``r`` recurrences of its shared block (None: as trained; a sampled-depth model
+    evaluates at its mean r). Only the count changes: the block keeps its layers (``n_recur``), so the weights are
+    the same; an evaluation runs exactly r."""
     config = trial.model_config
     if r is None or r == config.r:
         return config
     try:
-        return dataclasses.replace(config, r=r, bptt_k=None)
+        return dataclasses.replace(config, r=r, bptt_k=None, depth_sampling="fixed")
     except ValueError as exc:
         raise ValueError(f"cannot evaluate at r={r}: {exc}") from None
 
