@@ -110,12 +110,10 @@ class LoopedConfig:
         _require(self.vocab_size >= 2 and self.seq_len >= 1, "vocab_size >= 2 and seq_len >= 1 required")
         _require(self.depth_sampling in DEPTH_SAMPLINGS,
                  f"depth_sampling must be one of {DEPTH_SAMPLINGS}, got {self.depth_sampling!r}")
-        if self.depth_sampling != "fixed":
-            _require(self.builtin, f"depth_sampling {self.depth_sampling!r} is the built-in model's; "
-                                   f"architecture {self.architecture!r} runs a fixed r")
-            _require(self.looped, "depth_sampling needs a looped model (r > 1): r = 1 has no shared block to repeat")
-            _require(self.injection != "hyperconnect", "depth_sampling cannot run with injection 'hyperconnect': "
-                                                       "its lane weights exist for exactly r recurrences")
+        _require(self.depth_sampling == "fixed" or self.any_depth,
+                 f"depth_sampling {self.depth_sampling!r} needs the built-in looped model (r > 1) without "
+                 f"hyperconnections, whose loop runs any number of times; got architecture {self.architecture!r}, "
+                 f"r={self.r}, injection {self.injection!r}")
 
     # ---- derived sizes -------------------------------------------------------------------------------
     @property
@@ -131,6 +129,13 @@ class LoopedConfig:
     def looped(self) -> bool:
         """r > 1: the shared block is reused, with injection and a norm at the end of every recurrence."""
         return self.r > 1
+
+    @property
+    def any_depth(self) -> bool:
+        """The built-in's loop, which runs any number of times with the same weights: looped, and without
+        hyperconnections (whose lane weights exist for exactly r recurrences). Sampled depth needs it, and so
+        does evaluating a looped model once (objectives/kept.py)."""
+        return self.builtin and self.looped and self.injection != "hyperconnect"
 
     @property
     def effective_depth(self) -> int:

@@ -123,6 +123,7 @@ def test_fixed_depth_keeps_its_hash_shape_and_trials_and_sampling_is_checked(tmp
     for template, message in (({"depth_sampling": "poisson"}, "depth_sampling must be one of fixed, uniform, got "
                                                                 "'poisson'"),
                               ({"depth_sampling": "uniform", "injection": "hyperconnect"},
-                               "depth_sampling cannot run with injection 'hyperconnect'")):
+                               r"depth_sampling 'uniform' needs the built-in looped model \(r > 1\) without "
+                               "hyperconnections")):
         with pytest.raises(ValueError, match=f"^bad.toml: {message}"):
             SweepSpec.from_toml(write_spec(tmp_path, "bad.toml", template=template))
