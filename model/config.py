@@ -183,7 +183,8 @@ class LoopedConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, those of ``ADDED_FIELDS`` left out at their old behaviour's value."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
 
 
 def _require(ok: bool, message: str) -> None:

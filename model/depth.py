@@ -12,7 +12,8 @@ through the last k recurrences only. loopscale draws s uniformly instead:
 * its support is bounded: no step runs more than 2r - 1 recurrences (Huginn's tail is unbounded), so a step's
   time and memory are known before it runs;
 * its probabilities are rational, so the expected FLOPs per token (model/accounting.py) are an exact fraction
-  and the budget buys whole steps exactly, as at fixed depth; a log-normal Poisson's have no closed form.
+  and the budget buys whole steps exactly, as at fixed depth; a log-normal Poisson's probabilities are
+  integrals without a closed form.
 
 The draw of step t is a pure function of (seed, t): ``u = sha256("depth|seed|t")`` read as a fraction in [0, 1),
 s the first value whose cumulative probability exceeds u. A resumed trial, a warmdown branch re-running a step

@@ -63,7 +63,7 @@ def rebuild(trial: TrialConfig, weights: dict[str, Any], r: int | None = None) -
     """The trained module in eval mode, at ``r`` recurrences (None: as trained); ValueError in one line when the
     architecture cannot run that r with these weights. A looped built-in runs its loop once at r = 1."""
     if r == 1 and trial.model_config.any_depth:
-        return _LoopOnce(rebuild(trial, weights))
+        return _LoopOnce(rebuild(trial, weights)).eval()
     config = config_at(trial, r)
     module = build(config)
     try:
