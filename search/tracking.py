@@ -414,7 +414,7 @@ class TrialTracker:
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):
             batch = int(result["tokens"]) // step
-            flops_lost = float(int(result["flops_per_token"]) * entry.lost_steps * batch)
+            flops_lost = float(result["flops_per_token"]) * entry.lost_steps * batch
             entry.curve += [Metric("resumes", float(result["resumes"]), now_ms, step),
                             Metric("flops_lost", flops_lost, now_ms, step)]
             tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))

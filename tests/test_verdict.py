@@ -84,14 +84,14 @@ def test_a_faster_fixed_phi_fitter_drops_in():
     data = FitData.from_runs(fit_rows(runs, QUICK))
     calls = []
 
-    def counted(data, phi, warm, options):
+    def counted(data, phis, warm, options):
         from loopscale.analysis.profile_interval import fit_at_phi
 
-        calls.append(phi)
-        return fit_at_phi(data, phi, warm, options)
+        calls.extend(phis)
+        return fit_at_phi(data, phis, warm, options)
 
     shape = profile_phi(data, theta_of(joint), joint.huber, QUICK, fitter=counted)
-    assert len(calls) == len(shape.values) and 0.0 in calls and 1.0 in calls
+    assert set(calls) == set(shape.values) and 0.0 in calls and 1.0 in calls
     assert shape.ci == pytest.approx(joint.phi_profile_ci, abs=2e-3)
 
 
