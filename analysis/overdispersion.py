@@ -13,9 +13,9 @@ with Z the runs' cell indicators and J = d log L / d theta at the optimum (``ana
 score equations J^T psi = 0 project the scores off the span of J, which absorbs part of every cell's shift. The
 variances come from the method of moments on the within-cell and between-cell sums of squares, W = I - P_Z and
 P_Z (Z's cell-mean projection), whose expectations are E[psi^T Q psi] = sigma^2 tr(M Q M) + tau^2 tr(M Q M Z Z^T)
-(an ANOVA estimator of variance components, the fit's projection taken out; Searle, Casella & McCulloch 1992). With rho =
-tau^2 / (tau^2 + sigma^2) the intraclass correlation and m = sum_c n_c^2 / n the runs per cell a run sees, the
-score's variance grows by Kish's design effect (Kish 1965, Survey Sampling)
+(an ANOVA estimator of variance components, the fit's projection taken out; Searle, Casella & McCulloch 1992).
+With rho = tau^2 / (tau^2 + sigma^2) the intraclass correlation and m = sum_c n_c^2 / n the runs per cell a run
+sees, the score's variance grows by Kish's design effect (Kish 1965, Survey Sampling)
 
     deff = (1 + (m - 1) rho) (sigma^2 + tau^2) / s^2,   s^2 = sum psi_i^2 / (n - k)
 
