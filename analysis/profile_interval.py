@@ -12,8 +12,8 @@ classical F = (SS_p - SS) / (SS / (n - k)) of nested least squares; beyond delta
 the drop-in-dispersion test of M-estimators (Ronchetti 1982; Hampel et al. 1986, ch. 7.3), so F keeps its scale.
 The slope's mean counts the residuals inside delta less the k the fit pins there: a fit whose residuals mostly
 lie beyond delta (L1-like, as the demo's do: 0.03 nats against delta = 1e-3) passes through about k runs, as a
-least-absolute-deviations fit passes through k points, and counting those made s 4 times too small on the demo's
-27-run design (coverage 72% with independent noise); so mean psi' = max(#inside - k, 1) / (n - k), which is 1
+least-absolute-deviations fit passes through k points, and counting those made s 4.7 times too small on the demo's
+27-run design (coverage 71% with independent noise); so mean psi' = max(#inside - k, 1) / (n - k), which is 1
 where every residual lies inside. Then s is multiplied by the design effect of the cells' shared offsets
 (``analysis.overdispersion``), 1 where the residuals show none: the same rule for phi's interval, its tests
 against 0 and 1, and Delta-phi's, all through ``NestedTest.at``.
