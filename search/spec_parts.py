@@ -192,6 +192,7 @@ class Sampling:
     branches: bool = False
     information: float = added(0.0)
     deferred_budgets: int = added(1)
+    rounds: bool = added(False)
 
     @classmethod
     def parse(cls, t: Table) -> "Sampling":
@@ -204,7 +205,7 @@ class Sampling:
         sampling = cls(sampler=t.choice("sampler", SAMPLERS, "gp"), trials_per_cell=t.int("trials_per_cell", default=5),
                        seed=t.int("seed", default=0), tolerance=float(tolerance),
                        branches=t.bool("branches", default=False), information=float(information),
-                       deferred_budgets=deferred)
+                       deferred_budgets=deferred, rounds=t.bool("rounds", default=False))
         require(sampling.trials_per_cell >= 1, f"trials_per_cell must be >= 1, got {sampling.trials_per_cell}")
         require(0 <= sampling.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {sampling.seed}")
         require(not information or sampling.sampler == "law",
