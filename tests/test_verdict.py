@@ -134,3 +134,11 @@ def test_the_published_law_at_an_r_beyond_the_papers_is_extrapolated(capsys):
     assert main(["predict", "--law", "paper", "--budget", "1e18", "--r", "16"]) == 0
     assert "r=16 was not run (the law was fitted on r = 1, 2, 4, 8): the law is extrapolated there" in " ".join(
         capsys.readouterr().err.split())
+
+
+def test_an_undecided_verdict_says_how_to_price_a_decisive_one():
+    result = analyze(paper_runs(dataclasses.replace(PAPER_LAW, phi=0.0), noise=0.01), name="flat",
+                     options=FitOptions(n_starts=60, n_bootstrap=10))
+    assert "cannot tell it from nothing" in result.suite.joint.verdict
+    text = " ".join(result.summary_text().split())
+    assert "loopscale plan SPEC --precision --pilot flat --target-half-width 0.1" in text
