@@ -6,8 +6,8 @@ and neither sweep's fit can drift off a base of its own. Seven constants, one ob
 of log L over both sweeps' rows (``analysis.fit_objective``).
 
 Held at a Delta, the model is the ordinary joint law on the combined rows once each B row's N_rec is scaled
-by r^Delta (then r^phi_A (r^Delta N_rec) = r^(phi_A + Delta) N_rec), so Delta's profile is a sequence of
-ordinary joint fits (``fit.refit``, warm from the neighbouring Delta), and its interval and the test of
+by r^Delta (then r^phi_A (r^Delta N_rec) = r^(phi_A + Delta) N_rec), so Delta's profile is a batch of
+ordinary joint fits, each on the rows scaled by its own Delta, and its interval and the test of
 Delta = 0 come from the same nested F test as phi's (``analysis.profile_interval``, 7 free constants). The interval
 excludes 0 exactly when the test of Delta = 0 rejects at the same level.
 """
@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from .fit import refit
-from .fit_problem import FitData, fit_rows
+from .fit_objective import objective
+from .fit_problem import FitData, FitProblem, fit_rows
 from .fit_types import LawFit
 from .options import FitOptions
-from .profile_interval import PROFILE_STARTS, NestedTest, Profile, grid_of, profile, theta_of
+from .profile_interval import NestedTest, Profile, grid_of, held_fits, profile, theta_of
 
 FREE_CONSTANTS = 7  # E, A, alpha, B, beta, phi_A, Delta
 
@@ -80,9 +81,16 @@ def fit_shared_base(runs_a: pd.DataFrame, runs_b: pd.DataFrame, fit_a: LawFit, f
     bounds = (lo - hi, hi - lo)
     centre = float(np.clip(fit_b.phi - fit_a.phi, *bounds))
 
-    def fit_at(delta: float, warm: np.ndarray) -> tuple[np.ndarray, float]:
-        return refit(combined(data_a, data_b, delta), warm, n_starts=PROFILE_STARTS, seed=options.seed,
-                     max_iter=options.max_iter, options=free)
+    base = combined(data_a, data_b, 0.0)
+    problem = FitProblem.of(base, free)
+    ones = np.ones((1, base.n_runs))
+
+    def fit_at(deltas: np.ndarray, warm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # each fit's rows carry its own Delta in N_rec: the objective reads the row's N_rec by the fit's index
+        n_rec = np.stack([combined(data_a, data_b, d).n_rec for d in deltas])
+        return held_fits(lambda x, rows: objective(x, dataclasses.replace(base, n_rec=n_rec[rows]), ones,
+                                                   options.delta),
+                         problem.lower, problem.upper, None, deltas, warm, options.max_iter)
 
     theta_hat, f_hat = refit(combined(data_a, data_b, centre), theta_of(fit_a), n_starts=min(options.n_starts, 50),
                              seed=options.seed, max_iter=options.max_iter, options=free)

@@ -129,6 +129,11 @@ class Analysis:
         if joint.warnings:
             lines += [f"warning: {problem}" for problem in joint.warnings]
             lines += [f"  likely fix: {fix}" for fix in s["likely_fixes"]]
+            if joint.phi_applicable:
+                pilot = self.name or "NAME"
+                lines.append(f"  what a decisive answer costs: `loopscale plan SPEC --precision --pilot {pilot} "
+                             "--target-half-width 0.1` forecasts phi's interval for larger designs of the spec, and "
+                             "their FLOPs and GPU-hours")
         if "width_built" in self.allocation:
             lines.append("compute-optimal models under the fitted law (buildable; every column: tables/allocation):")
         else:

@@ -26,6 +26,14 @@ Counting follows Schwethelm et al. 2026 (docs/paper.md, "What is counted"):
   the lane update [M | beta] over [lanes; s]: K (K + 1) d; the paper's code counts the same (K^2 + 2K) d).
   Truncated backprop: each of the r - k
   forward-only recurrences costs 2 P (no backward) and 4 h q T per layer instead of 6 P and 12 h q T.
+* sampled depth (``depth_sampling``, model/depth.py): a step that runs s recurrences costs F(s), the formula
+  above with s for r and min(s, k) for k (forward over all s, backward over the last min(s, k)); its FLOPs per
+  token are the exact expectation over the step's depth, a fraction::
+
+      F = sum_s P(s) F(s)
+
+  The budget's tokens, the plan and the analysis use it; the FLOPs a trial's drawn steps ran differ from F
+  tokens by their sampling noise only (tests/test_sampled_depth.py counts them).
 
 Serving (``inference``), at a context length T_ctx, for the built-in:
 
@@ -47,9 +55,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .config import LoopedConfig
 from .counts import Accounting, InferenceCost
+from .depth import depth_pmf
 
 
 @dataclass(frozen=True)
@@ -155,16 +165,25 @@ def attention_flops_per_layer(config: LoopedConfig, backward: bool = True) -> in
     return 3 * forward if backward else forward
 
 
-def flops_per_token(config: LoopedConfig) -> int:
-    """Training FLOPs per token (forward + backward) of LoopedLM, the paper's formula with truncated backprop."""
+def flops_per_token(config: LoopedConfig) -> int | Fraction:
+    """Training FLOPs per token (forward + backward) of LoopedLM, the paper's formula with truncated backprop; at
+    sampled depth its expectation over the step's depth s, exact (an int where it is whole, else a Fraction)."""
+    _closed_form_only(config)
+    expected = sum(p * flops_at_depth(config, s) for s, p in depth_pmf(config).items())
+    return expected.numerator if expected.denominator == 1 else expected
+
+
+def flops_at_depth(config: LoopedConfig, s: int) -> int:
+    """Training FLOPs per token of a LoopedLM step that runs the shared block s times, gradients through the last
+    ``config.grad_recurrences_at(s)`` of them (module docstring)."""
     _closed_form_only(config)
     p = count_params(config)
     head = p.lm_head + config.width  # LM head matrix + the final norm before it
     per_recurrence = p.recur + inject_matmul_params(config)
-    k = config.grad_recurrences
-    matmul = 6 * (p.prelude + p.coda + head) + 6 * k * per_recurrence + 2 * (config.r - k) * per_recurrence
+    k = config.grad_recurrences_at(s)
+    matmul = 6 * (p.prelude + p.coda + head) + 6 * k * per_recurrence + 2 * (s - k) * per_recurrence
     grad_layers = config.n_prelude + config.n_coda + k * config.n_recur
-    nograd_layers = (config.r - k) * config.n_recur
+    nograd_layers = (s - k) * config.n_recur
     attention = (grad_layers * attention_flops_per_layer(config)
                  + nograd_layers * attention_flops_per_layer(config, backward=False))
     return matmul + attention
@@ -216,7 +235,7 @@ def tokens_for_budget(config: LoopedConfig, flops: float, batch_tokens: int) -> 
         raise ValueError(f"FLOP budget must be positive and finite, got {flops}")
     if batch_tokens <= 0:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
-    per_step = account(config).flops_per_token * batch_tokens  # an exact int
-    # Exact at any budget, no float division: floor(C / n) = floor(floor(C) / n) for a whole n, and int(C) of
-    # a finite float is exact. (Correcting a float quotient step by step looped ~1e14 times at C = 1e40.)
-    return int(flops) // per_step * batch_tokens
+    per_step = account(config).flops_per_token * batch_tokens  # exact: an int, or a Fraction at sampled depth
+    # Exact at any budget, no float division: a finite float is an exact fraction, and so is per_step.
+    # (Correcting a float quotient step by step looped ~1e14 times at C = 1e40.)
+    return Fraction(flops) // per_step * batch_tokens

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INJECTIONS = ("linear", "additive", "none", "hyperconnect")
+# How many recurrences a training step runs: "fixed" (r every step) or "uniform" (s drawn per step, model/depth.py)
+DEPTH_SAMPLINGS = ("fixed", "uniform")
+# Fields added after caches keyed by ``to_dict`` were written, with the value that behaves as before: left out of
+# ``to_dict`` at that value, so every existing key (model/measured.py's counts) stays what it was
+ADDED_FIELDS: dict[str, Any] = {"depth_sampling": "fixed"}
 BUILTIN = "loopscale:looped"  # the architecture name of the built-in LoopedLM (model/architecture.py)
 # The paper's iso-depth template (Sec. 3; 32,000 tokens padded to 32,064): every default of
 # ``LoopedConfig.iso_depth``. The search, its plan and the analysis ask ``iso_depth_template`` for them.
@@ -52,6 +57,11 @@ class LoopedConfig:
     recurrences; ``k`` in [1, r] lets only the last k recurrences carry gradients, the first r - k run
     forward-only (the paper's Delta-phi case study uses k = ceil(r / 2)).
 
+    ``depth_sampling``: ``"fixed"`` (default) runs r recurrences at every training step; ``"uniform"`` draws the
+    step's s from {1, ..., 2r - 1} (mean r; model/depth.py), gradients through the last min(s, ``bptt_k``), and
+    evaluates at r. The built-in only, looped (r > 1), not with hyperconnections (their lane weights are per
+    recurrence, r of them).
+
     ``lanes``: K, the number of lane states of ``injection = "hyperconnect"`` (the paper's best variant uses 2);
     ignored by the other injections.
 
@@ -70,6 +80,7 @@ class LoopedConfig:
     seq_len: int = ISO_DEPTH["seq_len"]
     injection: str = "none"
     bptt_k: int | None = None
+    depth_sampling: str = "fixed"
     lanes: int = 2
     mlp_ratio: int = 4
     rope_theta: float = 10_000.0
@@ -97,6 +108,12 @@ class LoopedConfig:
                  f"injection 'hyperconnect' needs backprop through every recurrence (its per-recurrence lane "
                  f"weights would get no gradient): bptt_k must be unset or r={self.r}, got {self.bptt_k}")
         _require(self.vocab_size >= 2 and self.seq_len >= 1, "vocab_size >= 2 and seq_len >= 1 required")
+        _require(self.depth_sampling in DEPTH_SAMPLINGS,
+                 f"depth_sampling must be one of {DEPTH_SAMPLINGS}, got {self.depth_sampling!r}")
+        _require(self.depth_sampling == "fixed" or self.any_depth,
+                 f"depth_sampling {self.depth_sampling!r} needs the built-in looped model (r > 1) without "
+                 f"hyperconnections, whose loop runs any number of times; got architecture {self.architecture!r}, "
+                 f"r={self.r}, injection {self.injection!r}")
 
     # ---- derived sizes -------------------------------------------------------------------------------
     @property
@@ -114,6 +131,13 @@ class LoopedConfig:
         return self.r > 1
 
     @property
+    def any_depth(self) -> bool:
+        """The built-in's loop, which runs any number of times with the same weights: looped, and without
+        hyperconnections (whose lane weights exist for exactly r recurrences). Sampled depth needs it, and so
+        does evaluating a looped model once (objectives/kept.py)."""
+        return self.builtin and self.looped and self.injection != "hyperconnect"
+
+    @property
     def effective_depth(self) -> int:
         """L_eff = n_prelude + r * n_recur + n_coda (the number of block applications per token)."""
         return self.n_prelude + self.r * self.n_recur + self.n_coda
@@ -124,8 +148,13 @@ class LoopedConfig:
 
     @property
     def grad_recurrences(self) -> int:
-        """How many recurrences carry gradients (the last ``bptt_k``, or all r)."""
-        return self.r if self.bptt_k is None else self.bptt_k
+        """How many of the r recurrences carry gradients (the last ``bptt_k``, or all r)."""
+        return self.grad_recurrences_at(self.r)
+
+    def grad_recurrences_at(self, s: int) -> int:
+        """How many recurrences carry gradients in a pass that runs s of them: the last min(s, ``bptt_k``), or
+        all s."""
+        return s if self.bptt_k is None else min(s, self.bptt_k)
 
     # ---- constructors --------------------------------------------------------------------------------
     @classmethod
@@ -133,12 +162,13 @@ class LoopedConfig:
                   coda: int = ISO_DEPTH["coda"], width_unit: int = ISO_DEPTH["width_unit"],
                   head_dim: int = ISO_DEPTH["head_dim"], seq_len: int = ISO_DEPTH["seq_len"],
                   vocab_size: int = ISO_DEPTH["vocab_size"], injection: str = ISO_DEPTH["injection"],
-                  bptt_k: int | None = None, **extra: Any) -> "LoopedConfig":
+                  bptt_k: int | None = None, depth_sampling: str = "fixed", **extra: Any) -> "LoopedConfig":
         """The paper's iso-depth template at width multiplier ``s`` and recurrence count ``r``.
 
         width = ceil(width_unit * s / head_dim) * head_dim. r = 1 gives ``depth`` unique layers
         (split prelude / recur / coda only for naming; no injection, no recurrence norm). r > 1 gives
-        ``prelude`` + (depth - prelude - coda) / r shared layers run r times + ``coda``.
+        ``prelude`` + (depth - prelude - coda) / r shared layers run r times + ``coda``. ``bptt_k`` and
+        ``depth_sampling`` act on looped models only (a template holds them for every r).
         """
         _require(s > 0, f"width multiplier s must be positive, got {s}")
         _require(width_unit > 0, f"width_unit must be positive, got {width_unit}")
@@ -149,10 +179,12 @@ class LoopedConfig:
         width = math.ceil(s_to_heads(s, width_unit, head_dim)) * head_dim
         return cls(width=width, r=r, n_prelude=prelude, n_recur=shared // r, n_coda=coda, head_dim=head_dim,
                    vocab_size=vocab_size, seq_len=seq_len, injection=injection if r > 1 else "none",
-                   bptt_k=bptt_k if r > 1 else None, **extra)
+                   bptt_k=bptt_k if r > 1 else None, depth_sampling=depth_sampling if r > 1 else "fixed", **extra)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, those of ``ADDED_FIELDS`` left out at their old behaviour's value."""
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
 
 
 def _require(ok: bool, message: str) -> None:

@@ -6,17 +6,18 @@ both can build it without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True)
 class Accounting:
     """What the search, the law and the analysis need of a model shape: N_once, N_rec, N_embed (the paper's
-    roles of the parameters) and training FLOPs per token."""
+    roles of the parameters) and training FLOPs per token (whole, but for sampled depth's exact expectation)."""
 
     N_once: int
     N_rec: int
     N_embed: int
-    flops_per_token: int
+    flops_per_token: int | Fraction
 
     @property
     def N(self) -> int:

@@ -9,7 +9,9 @@ Injection of the prelude output e into every recurrence (state h):
   linear    u_t = W [e ; h_t], W (d x 2d) initialised [I | 0], h_0 = e
   additive  u_t = h_t + e, h_0 = 0
   none      u_t = h_t, h_0 = e
-The shared block maps u_t to the next state, h_{t+1} = norm(block(u_t)).
+The shared block maps u_t to the next state, h_{t+1} = norm(block(u_t)). A training step at sampled depth
+(``depth_sampling``, model/depth.py) runs the same loop s times instead of r: the same injection, initial state
+and norm, gradients through the last min(s, bptt_k) recurrences.
 
   hyperconnect (K lanes; docs/paper.md, "Hyperconnections"): lanes L_k = e for k = 1..K; recurrence i runs the
             block on u_i = sum_k alpha_i[k] L_k, s_i = norm(block(u_i)), then L <- M_i L + beta_i s_i (each
@@ -231,13 +233,18 @@ class LoopedLM(nn.Module):
             return {}
         return {f"inject.{name}": "loop" for name, _ in self.inject.named_parameters()}
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                recurrences: int | None = None) -> torch.Tensor:
+        """idx: (B, T) token ids. Returns fp32 logits (B, T, V), or the mean cross-entropy (nats) on targets.
+        ``recurrences``: the shared block's runs in this pass, a training step's drawn depth (default r)."""
         rope = self.rope
         x = self.embed_norm(self.embed(idx))
         for block in self.prelude:
             x = block(x, rope)
-        x = self._recur(x, rope) if self.config.looped else self._run(self.core, x, rope)
+        if self.config.looped:
+            x = self._recur(x, rope, recurrences or self.config.r)
+        else:
+            x = self._run(self.core, x, rope)
         for block in self.coda:
             x = block(x, rope)
         x = self.final_norm(x)
@@ -251,14 +258,14 @@ class LoopedLM(nn.Module):
             x = block(x, rope)
         return x
 
-    def _recur(self, e: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-        """Run the shared block r times on the prelude output e; the first r - k run without gradients."""
+    def _recur(self, e: torch.Tensor, rope: torch.Tensor, runs: int) -> torch.Tensor:
+        """Run the shared block ``runs`` times on the prelude output e; all but the last k run without gradients."""
         cfg = self.config
         if isinstance(self.inject, HyperConnections):
             return self._hyperconnect(e, rope)
         h = torch.zeros_like(e) if cfg.injection == "additive" else e
-        no_grad_steps = cfg.r - cfg.grad_recurrences
-        for step in range(cfg.r):
+        no_grad_steps = runs - cfg.grad_recurrences_at(runs)
+        for step in range(runs):
             with torch.no_grad() if step < no_grad_steps else contextlib.nullcontext():
                 h = self.recurrence(e, h, rope)
         return h

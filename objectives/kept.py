@@ -6,7 +6,8 @@ The file is ``torch.save`` of ``{"format": FORMAT, "trial": TrialConfig.to_param
 the validation data. ``rebuild`` builds the module through the architecture's factory and loads the weights
 strictly; given another recurrence count ``r`` it builds the factory at ``config.r = r`` (the evaluation
 contract, docs/own_architecture.md), and a module that cannot take it (its parameters' names or shapes depend on
-r, or the config refuses that r) is refused in one line.
+r, or the config refuses that r) is refused in one line. The built-in's loop (``LoopedConfig.any_depth``) also runs
+once, at r = 1, the one count no config of its weights expresses.
 """
 
 from __future__ import annotations
@@ -46,20 +47,23 @@ def read_kept(data: bytes, where: str) -> tuple[TrialConfig, dict[str, torch.Ten
 
 
 def config_at(trial: TrialConfig, r: int | None = None) -> LoopedConfig:
-    """The trial's model shape, at ``r`` recurrences of its shared block (None: as trained). Only the count
-    changes: the block keeps its layers (``n_recur``), so the weights are the same."""
+    """The trial's model shape, at ``r`` recurrences of its shared block (None: as trained; a sampled-depth model
+    evaluates at its mean r). Only the count changes: the block keeps its layers (``n_recur``), so the weights are
+    the same; an evaluation runs exactly r."""
     config = trial.model_config
     if r is None or r == config.r:
         return config
     try:
-        return dataclasses.replace(config, r=r, bptt_k=None)
+        return dataclasses.replace(config, r=r, bptt_k=None, depth_sampling="fixed")
     except ValueError as exc:
         raise ValueError(f"cannot evaluate at r={r}: {exc}") from None
 
 
 def rebuild(trial: TrialConfig, weights: dict[str, Any], r: int | None = None) -> torch.nn.Module:
     """The trained module in eval mode, at ``r`` recurrences (None: as trained); ValueError in one line when the
-    architecture cannot run that r with these weights."""
+    architecture cannot run that r with these weights. A looped built-in runs its loop once at r = 1."""
+    if r == 1 and trial.model_config.any_depth:
+        return _LoopOnce(rebuild(trial, weights)).eval()
     config = config_at(trial, r)
     module = build(config)
     try:
@@ -70,3 +74,16 @@ def rebuild(trial: TrialConfig, weights: dict[str, Any], r: int | None = None) -
         raise ValueError(f"cannot evaluate at r={config.r}: the module built at r={config.r} does not take the "
                          f"weights trained at r={trial.r} ({detail.rstrip('. ')})") from None
     return module.eval()
+
+
+class _LoopOnce(torch.nn.Module):
+    """A looped built-in model with its shared block run once: injection, block and recurrence norm, as a
+    sampled-depth step of s = 1 trains it. No config expresses it: r = 1 is the plain stack, without injection
+    and recurrence norm, which these weights do not fit."""
+
+    def __init__(self, looped: torch.nn.Module):
+        super().__init__()
+        self.looped = looped
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        return self.looped(idx, targets, recurrences=1)

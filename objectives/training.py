@@ -28,6 +28,10 @@ is the run trained for D_k outright (same init, same data order, same rates), fo
 (``cost_flops`` = F * (S_k - f_k) * batch), which the trial's ``flops_spent`` includes. Each branch is
 returned as ``branch<i>.*`` keys (objectives.trial.BRANCH_KEYS); the runs table makes it a row of its own.
 
+Sampled depth (``template.depth_sampling``, model/depth.py): step t runs the shared block ``draw_depth(config,
+seed, t)`` times, every micro-batch and worker of the step alike; the budget's tokens come from the expected FLOPs
+per token (model/accounting.py), and validation runs at the trial's r.
+
 A loss that turns NaN/inf or exceeds ``diverge_factor`` times the first loss ends the trial early with
 ``status = "diverged"`` and a ``reason``; it is returned, never raised. Steps, tokens and FLOPs then count
 what was actually trained.
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -62,6 +67,7 @@ import torch.distributed as dist
 
 from loopscale.model import LoopedConfig, runtime
 from loopscale.model.architecture import build
+from loopscale.model.depth import draw_depth
 
 from .data.batches import Batches, rows_per_batch
 from .data.cache import PackedData, default_cache_dir, open_packed, prepare_data
@@ -120,7 +126,8 @@ def train(trial: TrialConfig, report: Report | None = None,
         set_rng_state(saved["rng"])
     step_model, _ = runtime.maybe_compile(group.wrap(model, device), device, recipe["compile"],
                                           cpu=recipe["compile_cpu"])
-    loop = _TrainLoop(step_model, optimizers, batches, recipe, device, micro_rows, group)
+    depth = None if config.depth_sampling == "fixed" else functools.partial(draw_depth, config, trial.seed)
+    loop = _TrainLoop(step_model, optimizers, batches, recipe, device, micro_rows, group, depth)
     branches = branch_plan(branch_budgets(trial), recipe["warmdown_frac"], config, trial.budget_flops, plan["steps"],
                            batch_tokens)
 
@@ -161,12 +168,14 @@ def train(trial: TrialConfig, report: Report | None = None,
 
 
 class _TrainLoop:
-    """The optimizer-step loop; the host reads the loss only every ``log_every`` steps (and after step 0)."""
+    """The optimizer-step loop; the host reads the loss only every ``log_every`` steps (and after step 0).
+    ``depth``: the recurrences of each step at sampled depth (model/depth.py), None at fixed depth."""
 
     def __init__(self, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], batches: Batches,
-                 recipe: dict[str, Any], device: torch.device, micro_rows: int, group: "_Group"):
+                 recipe: dict[str, Any], device: torch.device, micro_rows: int, group: "_Group",
+                 depth: Callable[[int], int] | None = None):
         self.model, self.optimizers, self.batches, self.recipe = model, optimizers, batches, recipe
-        self.device, self.micro_rows, self.group = device, micro_rows, group
+        self.device, self.micro_rows, self.group, self.depth = device, micro_rows, group, depth
 
     def step(self, step: int, steps: int) -> torch.Tensor:
         """One optimizer step on batch ``step`` at the rate of step ``step`` of a ``steps``-step run; its loss
@@ -177,10 +186,11 @@ class _TrainLoop:
         rows = self.batches.batch(step, group.rank, group.world)
         batch = torch.from_numpy(rows).to(self.device, non_blocking=True)
         total = torch.zeros((), device=self.device)
+        depth = {} if self.depth is None else {"recurrences": self.depth(step)}  # one s for the whole step
         for i, micro in enumerate(batch.split(self.micro_rows)):
             with group.sync_gradients(self.model, i == n_micro - 1):
                 with runtime.autocast(self.device, self.recipe["bf16"]):
-                    loss = self.model(micro[:, :-1], micro[:, 1:])
+                    loss = self.model(micro[:, :-1], micro[:, 1:], **depth)
                 (loss / n_micro).backward()
             total += loss.detach() / n_micro
         for optimizer in self.optimizers:

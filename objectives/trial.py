@@ -10,7 +10,7 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
     s             float   width multiplier; width = ceil(width_unit * s / head_dim) * head_dim
     template      dict    keyword arguments of ``LoopedConfig.iso_depth`` other than s and r
                           (depth, prelude, coda, width_unit, head_dim, seq_len, vocab_size, injection, bptt_k,
-                          lanes)
+                          depth_sampling, lanes)
     batch_tokens  int     tokens per optimizer step, whole rows of seq_len
     seed          int
     objective     str     "train" | "simulate"
@@ -222,7 +222,8 @@ def accounting_metrics(config: LoopedConfig, budget_flops: float, batch_tokens: 
     p = account(config)
     f = p.flops_per_token
     tokens = tokens_for_budget(config, budget_flops, batch_tokens)
-    return {"tokens": tokens, "steps": tokens // batch_tokens, "flops_per_token": f,
+    return {"tokens": tokens, "steps": tokens // batch_tokens,
+            "flops_per_token": f if isinstance(f, int) else float(f),  # sampled depth's fraction, as stores take it
             "budget_flops": float(budget_flops), "flops_spent": float(f * tokens), "N_once": p.N_once,
             "N_rec": p.N_rec, "N": p.N, "N_embed": p.N_embed, "width": config.width, "r": config.r,
             "n_prelude": config.n_prelude, "n_recur": config.n_recur, "n_coda": config.n_coda}

@@ -50,7 +50,38 @@ def add_plan(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--widths", action="store_true",
                    help="every cell's table of widths (N_once, N_rec, N, D, D/N, steps, learning rates) instead of "
                         "one line per cell")
+    _precision_arguments(p)
     p.set_defaults(func=_plan)
+
+
+def _precision_arguments(p: argparse.ArgumentParser) -> None:
+    from .precision.command import DEFAULT_SIMS
+
+    g = p.add_argument_group("precision forecast (--precision)")
+    g.add_argument("--precision", action="store_true",
+                   help="forecast phi's interval half-width and the power of its tests for this design by simulating "
+                        "its final-loss table many times under a law and noise and fitting each as analyze does; "
+                        "with its cost in FLOPs and GPU-hours (no training)")
+    g.add_argument("--pilot", metavar="EXPERIMENT", help="the law and noise of a finished sweep's fit and residuals "
+                                                          "(default: the spec's [simulate] law, else the paper's fit, "
+                                                          "and its noise sizes)")
+    g.add_argument("--baseline", metavar="EXPERIMENT", help="forecast Delta-phi against this finished sweep (its fit "
+                                                             "the shared base law, its runs the baseline's design)")
+    g.add_argument("--baseline-phi", type=float, metavar="PHI",
+                   help="forecast Delta-phi against a baseline of this phi on the spec's design")
+    g.add_argument("--delta", type=float, help="the Delta-phi whose interval and power to forecast (default 0.1 with "
+                                               "a baseline or --power)")
+    g.add_argument("--target-half-width", type=float, metavar="H",
+                   help="search budgets, trials per cell and r sets for the cheapest design whose median half-width "
+                        "of phi's interval is at most H")
+    g.add_argument("--power", type=float, help="search for the cheapest design that tells --delta from 0 with this "
+                                               "power (e.g. 0.8)")
+    g.add_argument("--sims", type=int, default=DEFAULT_SIMS,
+                   help=f"simulated copies per design (default {DEFAULT_SIMS})")
+    g.add_argument("--gpu-flops", type=float, default=None, metavar="FLOP/S",
+                   help="the GPU's peak FLOP/s for GPU-hours (default 989e12: an H100 SXM's dense bf16)")
+    g.add_argument("--mfu", type=float, default=None, help="the model FLOPs utilisation for GPU-hours (default 0.4)")
+    g.add_argument("--tracking-uri", help=STORE_HELP + " (for --pilot and --baseline)")
 
 
 def _set_argument(p: argparse.ArgumentParser) -> None:
@@ -64,8 +95,12 @@ def _set_argument(p: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from .plan.probe import measure_throughput
     from .plan.render import render_plan
+    from .precision.command import check_precision_arguments, run_precision
     from .spec import SweepSpec
 
+    check_precision_arguments(args)
+    if args.precision:
+        return run_precision(args)
     spec = SweepSpec.from_toml(args.spec, args.sets, objective=args.objective)
     if not spec.grid.model(spec.grid.s_min, spec.grid.recurrences[0]).builtin:  # a new architecture: its contract first
         from .check_arch import check_architecture

@@ -88,6 +88,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from loopscale.analysis.fit import refit
 from loopscale.analysis.fit_problem import FitData
+from loopscale.analysis.law_jacobian import log_loss as _log_loss
+from loopscale.analysis.law_jacobian import log_loss_jacobian
 from loopscale.analysis.options import DEFAULT_BOUNDS, THETA
 from loopscale.model import account, tokens_for_budget
 
@@ -466,22 +468,6 @@ def _split_by_cell(values: np.ndarray, cell: np.ndarray) -> tuple[np.ndarray, np
     counts = np.bincount(cell)
     means = np.bincount(cell, values) / np.maximum(counts, 1)
     return values - means[cell], means[counts > 0]
-
-
-def log_loss_jacobian(theta: np.ndarray, r, n_once, n_rec, log_d, step: float = 1e-5) -> np.ndarray:
-    """d log L / d theta (THETA order) of the law at ``theta`` for runs (n,): (n, 6), by forward differences."""
-    moved = theta + step * np.vstack([np.zeros(len(THETA)), np.eye(len(THETA))])
-    at = _log_loss(moved, r, n_once, n_rec, log_d)
-    return ((at[1:] - at[0]) / step).T
-
-
-def _log_loss(theta: np.ndarray, r, n_once, n_rec, log_d) -> np.ndarray:
-    """log L of the law at parameter sets theta (K, 6) in THETA order and runs (n,): (K, n)."""
-    a, alpha, b, beta, e, phi = (col[:, None] for col in theta.T)
-    n_eff = n_once + np.exp(phi * np.log(r)) * n_rec
-    terms = np.stack(np.broadcast_arrays(a - alpha * np.log(n_eff), b - beta * log_d, e))
-    top = terms.max(axis=0)
-    return top + np.log(np.exp(terms - top).sum(axis=0))
 
 
 class LawSampler(optuna.samplers.BaseSampler):

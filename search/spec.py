@@ -25,6 +25,9 @@ Layout (every key optional unless marked)::
     deferred_budgets = 1             # law sampler with branches: budgets just below each r's largest that take no
                                      # trial of their own until the larger cells' branches have reached them (a
                                      # cheaper budget of the r always takes its first trial; 0 = none wait)
+    rounds = false                   # propose in rounds: a round's trials all end before the next round is
+                                     # proposed, their results told in a fixed order (search/tune/cells.py), so
+                                     # the design does not depend on which trial finishes first
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -241,7 +244,7 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "min_steps",
+    "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "rounds", "min_steps",
     "first_guess_tokens_per_param",
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources", "validate",

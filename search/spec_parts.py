@@ -17,15 +17,15 @@ from typing import Any
 
 from loopscale import objectives
 from loopscale.analysis.store import DEFAULT_RUN_DIR, resolve_tracking_uri
-from loopscale.model import (BUILTIN, INJECTIONS, ISO_DEPTH, LoopedConfig, heads_to_s, iso_depth_template,
-                             s_to_heads, tokens_for_budget)
+from loopscale.model import (BUILTIN, DEPTH_SAMPLINGS, INJECTIONS, ISO_DEPTH, LoopedConfig, heads_to_s,
+                             iso_depth_template, s_to_heads, tokens_for_budget)
 from loopscale.objectives.noise import Noise
 
 from .toml_table import Table, require
 
 SAMPLERS = ("law", "gp", "tpe", "grid", "random")
-TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "lanes", "vocab_size",
-                 "architecture", "options")
+TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "depth_sampling", "lanes",
+                 "vocab_size", "architecture", "options")
 DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a cell's optimum
 MAX_WIDTHS = 1000  # whole-head widths in [s_min, s_max]: each is sized per cell while parsing
 MAX_SEED = 2**63 - 1  # torch.manual_seed's limit
@@ -100,6 +100,9 @@ class Grid:
         template_table.int("lanes")
         for key in ("width_unit", "head_dim", "bptt_k", "lanes"):  # the width step divides by the first two
             require(template.get(key, 1) >= 1, f"{key} in [template] must be >= 1, got {template.get(key)}")
+        # fixed depth as written is fixed depth unwritten: the template, and so the spec's hash, leaves it out
+        if template_table.choice("depth_sampling", DEPTH_SAMPLINGS, "fixed") == "fixed":
+            template.pop("depth_sampling", None)
         template.update(_architecture(template_table, folder))
         injection = template.get("injection", "linear")  # checked here too: an r = 1 model ignores it
         require(injection in INJECTIONS, f"injection in [template] must be one of {', '.join(INJECTIONS)}, "
@@ -189,6 +192,7 @@ class Sampling:
     branches: bool = False
     information: float = added(0.0)
     deferred_budgets: int = added(1)
+    rounds: bool = added(False)
 
     @classmethod
     def parse(cls, t: Table) -> "Sampling":
@@ -201,7 +205,7 @@ class Sampling:
         sampling = cls(sampler=t.choice("sampler", SAMPLERS, "gp"), trials_per_cell=t.int("trials_per_cell", default=5),
                        seed=t.int("seed", default=0), tolerance=float(tolerance),
                        branches=t.bool("branches", default=False), information=float(information),
-                       deferred_budgets=deferred)
+                       deferred_budgets=deferred, rounds=t.bool("rounds", default=False))
         require(sampling.trials_per_cell >= 1, f"trials_per_cell must be >= 1, got {sampling.trials_per_cell}")
         require(0 <= sampling.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {sampling.seed}")
         require(not information or sampling.sampler == "law",

@@ -421,7 +421,7 @@ class TrialTracker:
         if result.get("resumes"):
             batch = int(result["tokens"]) // step
             numbers.update(resumes=result["resumes"],
-                           flops_lost=float(int(result["flops_per_token"]) * entry.lost_steps * batch))
+                           flops_lost=float(result["flops_per_token"]) * entry.lost_steps * batch)
             tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))
         tags += [RunTag(k, v) for k, v in numbers_tags(numbers).items()]
         tags += [RunTag(k, v) for k, v in loss_tag(result).items()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 import pytest
 import torch
@@ -60,8 +61,9 @@ def test_injection_overhead_matches_paper():
         assert extra / block_matmuls == pytest.approx(share, abs=0.0005)
 
 
-def counted_flops(config: LoopedConfig, batch: int = 2) -> float:
-    """FLOPs per token that torch's counter sees on a real forward + backward.
+def counted_flops(config: LoopedConfig, batch: int = 2, recurrences: int | None = None) -> Fraction:
+    """FLOPs per token that torch's counter sees on a real forward + backward (of ``recurrences`` runs of the
+    shared block, default r).
 
     SDPA runs on its math backend: the fused CPU flash kernel has no FLOP formula registered, while the math
     backend's bmm's are counted (full T x T, like the paper)."""
@@ -69,16 +71,18 @@ def counted_flops(config: LoopedConfig, batch: int = 2) -> float:
     m = LoopedLM(config)
     idx = torch.randint(0, config.vocab_size, (batch, config.seq_len))
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        m(idx, idx).backward()
-    return counter.get_total_flops() / (batch * config.seq_len)
+        m(idx, idx, recurrences=recurrences).backward()
+    return Fraction(counter.get_total_flops(), batch * config.seq_len)
 
 
-def norm_flops(config: LoopedConfig) -> int:
-    """The formula's 6 P (or 2 P forward-only) charge for norm scale vectors: elementwise, invisible to the
-    counter, which only counts matmuls. The embedding norm is excluded by the formula, like the lookup."""
-    d, k = config.width, config.grad_recurrences
+def norm_flops(config: LoopedConfig, s: int | None = None) -> int:
+    """The formula's 6 P (or 2 P forward-only) charge for norm scale vectors of a pass of s recurrences (default
+    r): elementwise, invisible to the counter, which only counts matmuls. The embedding norm is excluded by the
+    formula, like the lookup."""
+    s = config.r if s is None else s
+    d, k = config.width, config.grad_recurrences_at(s)
     per_recurrence = 2 * d * config.n_recur + (d if config.looped else 0)
-    return 6 * (2 * d * (config.n_prelude + config.n_coda) + d) + (6 * k + 2 * (config.r - k)) * per_recurrence
+    return 6 * (2 * d * (config.n_prelude + config.n_coda) + d) + (6 * k + 2 * (s - k)) * per_recurrence
 
 
 TINY = dict(depth=8, width_unit=16, head_dim=16, seq_len=64, vocab_size=128)

@@ -98,8 +98,12 @@ def test_the_built_in_runs_its_trained_block_more_or_fewer_times(trained):
     deeper.core[0].register_forward_hook(lambda *_: block_runs.append(1))
     loss = validation_loss(deeper, kept_trial, "cpu")
     assert math.isfinite(loss) and len(passes) >= 1 and len(block_runs) == 4 * len(passes)
-    with pytest.raises(ValueError, match=r"^cannot evaluate at r=1: r = 1 is a plain transformer"):
-        rebuild(kept_trial, weights, r=1)
+    once = rebuild(kept_trial, weights, r=1)  # the loop once: injection, block and recurrence norm
+    injected, block_runs = [], []
+    once.looped.inject.register_forward_hook(lambda *_: injected.append(1))
+    once.looped.core[0].register_forward_hook(lambda *_: block_runs.append(1))
+    assert validation_loss(once, kept_trial, "cpu") != loss
+    assert len(injected) == len(block_runs) == len(passes)
 
 
 def test_a_diverged_trial_keeps_nothing(tmp_path):
@@ -152,6 +156,8 @@ def test_a_modules_own_metrics_are_returned_by_its_trial_and_measured_at_any_r(t
     kept_trial, weights = read_kept(files[0], "the file")
     assert module_metrics(rebuild(kept_trial, weights, r=3)) == {"module.gate": metrics["module.gate"],
                                                                   "module.recurrences": 3.0}
+    with pytest.raises(ValueError, match=r"^cannot evaluate at r=1: r = 1 is a plain transformer"):
+        rebuild(kept_trial, weights, r=1)  # only the built-in's own loop runs once
     with pytest.raises(ValueError, match="^loopscale_metrics\\(\\) must return numbers, got 'open' for 'gate'"):
         module_metrics(type("M", (), {"loopscale_metrics": lambda self: {"gate": "open"}})())
 
@@ -206,18 +212,16 @@ def test_a_sweep_keeps_each_cells_best_model_which_reloads_and_evaluates_at_ever
     assert main(["evaluate", spec.name, "--r", "1,2,3,4,8", "--tracking-uri", spec.placement.tracking_uri]) == 0
     out, err = capsys.readouterr()
     metrics = trial_numbers(client.get_run(best.info.run_id))
-    assert {f"val_loss_r{r}" for r in (2, 3, 4, 8)} <= set(metrics) and "val_loss_r1" not in metrics
+    assert {f"val_loss_r{r}" for r in (1, 2, 3, 4, 8)} <= set(metrics)
     assert metrics["val_loss_r2"] == pytest.approx(metrics["val_loss"], abs=1e-6)
-    assert all(math.isfinite(metrics[f"val_loss_r{r}"]) for r in (3, 4, 8))
-    assert err.strip().splitlines() == [f"loopscale: {best.info.run_name}: cannot evaluate at r=1: r = 1 is a plain "
-                                        "transformer: injection must be 'none'"]
-    assert best.info.run_name[:32] in out
+    assert all(math.isfinite(metrics[f"val_loss_r{r}"]) for r in (1, 3, 4, 8))
+    assert "cannot evaluate" not in err and best.info.run_name[:32] in out
 
     # analyze's table and figure of the evaluations, from the runs table read back from MLflow
     depth = depth_table(load_runs(spec.name, spec.placement.tracking_uri))
-    assert list(depth["r_eval"]) == [2, 3, 4, 8] and set(depth["run_id"]) == {best.info.run_id}
+    assert list(depth["r_eval"]) == [1, 2, 3, 4, 8] and set(depth["run_id"]) == {best.info.run_id}
     assert depth.loc[depth["r_eval"] == 2, "gain"].abs().max() < 1e-6
-    assert list(depth["gain"]) == [metrics["val_loss"] - metrics[f"val_loss_r{r}"] for r in (2, 3, 4, 8)]
+    assert list(depth["gain"]) == [metrics["val_loss"] - metrics[f"val_loss_r{r}"] for r in (1, 2, 3, 4, 8)]
     assert depth_text(depth).startswith("1 kept models evaluated at other r") and "r=2 at 8: " in depth_text(depth)
     assert len(depth_figure(depth).axes[0].lines) == 1
 

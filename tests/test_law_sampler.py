@@ -15,7 +15,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from loopscale.analysis import cell_optima
+from loopscale.analysis import cell_optima, fit_joint_law
+from loopscale.analysis.runs import expand_branches
 from loopscale.model import PAPER_LAW
 from loopscale.objectives import TrialConfig, simulate
 from loopscale.search import SweepSpec
@@ -381,3 +382,49 @@ def test_a_calibration_brackets_the_recipes_rate_before_its_model_takes_over(tmp
     expected = [x for x in (rate, rate / 2, rate * 2) if cal.low <= x <= cal.high]
     assert tried[:len(expected)] == pytest.approx(expected)
     assert len(expected) == (3 if base_lr is None else 2) and cal.low <= min(tried) and max(tried) <= cal.high
+
+
+
+def slots(searcher: CellTrials, workers: int, duration) -> tuple[list[tuple], list[str], pd.DataFrame, float]:
+    """Tune's loop on ``workers`` slots, a trial lasting ``duration(config)``: every free slot asked in one step,
+    then the trial that ends first reports. Returns the (cell, s, branches) proposed, the order trials ended, the
+    runs table analyze would read and the time the last trial ended (tests/benchmarks/bench_rounds.py reads it)."""
+    clock, running, proposed, ended, rows, n = 0.0, [], [], [], [], 0
+    while True:
+        while len(running) < workers:
+            config = searcher.suggest(f"t{n}")
+            if config is None or config == FINISHED:
+                break
+            running.append((clock + duration(config), f"t{n}", config))
+            proposed.append((config["meta"]["cell"], config["trial"]["s"],
+                             tuple(config["trial"].get("branch_budgets", []))))
+            n += 1
+        if not running:
+            runs = pd.DataFrame(rows).assign(run_id=[str(i) for i in range(len(rows))], branch_of="", reason="")
+            return proposed, ended, expand_branches(runs), clock
+        running.sort(key=lambda t: t[0])
+        clock, trial_id, config = running.pop(0)
+        ended.append(trial_id)
+        result = {**simulate(TrialConfig.from_params(config["trial"])), "stage": "search"}
+        searcher.on_trial_complete(trial_id, result)
+        rows.append(result)
+
+
+def test_in_rounds_the_same_spec_gives_the_same_trials_and_phi_whichever_trial_finishes_first(branched):
+    # 6 cells (two budgets x r in {1, 2, 4}) on 3 slots; durations that grow with the budget, and the same
+    # reversed (the cheap trials last longest): real training's durations vary with the machine as these do
+    def grows(config):
+        return config["trial"]["budget_flops"] / 1e17 + 0.01 * config["trial"]["s"]
+
+    def reverse(config):
+        return 1e2 / grows(config)
+
+    small = dataclasses.replace(branched, grid=dataclasses.replace(branched.grid, budgets=tuple(BUDGETS[:2]),
+                                                                    recurrences=(1, 2, 4)))
+    rounds = dataclasses.replace(small, sampling=dataclasses.replace(small.sampling, rounds=True))
+    first = slots(CellTrials(make_studies(rounds, "search", None), rounds=True), 3, grows)
+    second = slots(CellTrials(make_studies(rounds, "search", None), rounds=True), 3, reverse)
+    assert first[1] != second[1]  # the trials did finish in other orders
+    assert first[0] == second[0]
+    phis = [fit_joint_law(runs, n_starts=20, n_bootstrap=0).phi for _, _, runs, _ in (first, second)]
+    assert phis[0] == phis[1]  # (without rounds the same two orders give other trials: bench_rounds.py)

@@ -86,8 +86,9 @@ PEAK_FLOPS = 989e12
 PEAK_NAME = "an H100 SXM's 989 TFLOP/s dense bf16 peak"
 
 
-def gpu_hours(flops: float) -> float:
-    return flops / (MFU * PEAK_FLOPS) / 3600
+def gpu_hours(flops: float, mfu: float = MFU, peak: float = PEAK_FLOPS) -> float:
+    """GPU-hours = FLOPs / (MFU x peak FLOP/s) / 3600."""
+    return flops / (mfu * peak) / 3600
 
 
 def gpu_hours_estimate(spec: SweepSpec) -> str:

@@ -10,6 +10,14 @@ unsettles it, so the stage is finished only once no trial runs. The config of a 
 ``{"trial": <TrialConfig.to_params()>, "meta": {stage, cell, searched, cell_widths, trial_key}}`` (``searched``:
 the dotted key the study chose); the key ``<stage>/<cell>/<n>`` numbers the cell's proposals, so it survives a
 restore together with the pickled state.
+
+Order: every proposal reads what the studies (and the law sampler's one fit across cells) have been told so far,
+so with several slots a sweep whose trials finish in another order (another machine's speeds) proposes other
+widths. With ``rounds`` (the spec's ``rounds = true``) a finished trial's result is held until every running
+trial has ended; then the round's results are told in a fixed order (by cell, then the cell's proposal number)
+and the next round is proposed from them alone, so the same spec and seed give the same trials however the
+trials' durations fall, as long as Tune fills a round's free slots before one of its trials ends (it asks the
+searcher for every free slot in one step of its loop). One slot is one trial per round: rounds change nothing.
 """
 
 from __future__ import annotations
@@ -33,11 +41,13 @@ FINISHED = "FINISHED"  # what ``suggest`` returns once the stage takes no more t
 class CellTrials:
     """Every cell of a stage: ``suggest`` a trial for a free slot, ``on_trial_complete`` with its result."""
 
-    def __init__(self, studies: list[CellStudy]):
+    def __init__(self, studies: list[CellStudy], rounds: bool = False):
         self._studies = {s.key: s for s in studies}
         self._running: dict[str, dict[str, int]] = {s.key: {} for s in studies}  # cell -> trial_id -> number
         self._branches: dict[str, list[tuple[str, int]]] = {}  # trial_id -> (cell, heads) of its branches
         self._held = False  # every open cell held back; Tune asks again each step, and only a result changes that
+        self._rounds = rounds
+        self._ended: dict[str, tuple[dict | None, bool]] = {}  # a round's ended trials, held until it ends
 
     @property
     def stage(self) -> str | None:
@@ -48,6 +58,8 @@ class CellTrials:
         for study in self._studies.values():  # a restored searcher: its studies replace the journal's first
             study.attach()
         running = any(self._running.values())
+        if self._ended:  # a round with trials still running: the next round waits for all of its results
+            return None
         if not any(s.open() for s in self._studies.values()):
             return None if running else FINISHED
         if running and self._held:
@@ -98,6 +110,19 @@ class CellTrials:
         return dataclasses.replace(trial, branch_budgets=tuple(sorted(b for _, b in targets)))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if not self._rounds:
+            self._tell(trial_id, result, error)
+            return
+        self._ended[trial_id] = (result, error)
+        if any(t not in self._ended for running in self._running.values() for t in running):
+            return
+        number = {t: (key, n) for key, running in self._running.items() for t, n in running.items()}
+        ended, self._ended = self._ended, {}
+        for t in sorted(ended, key=lambda t: number.get(t, ("", -1))):  # a fixed order: cell, then proposal
+            self._tell(t, *ended[t])
+
+    def _tell(self, trial_id: str, result: dict | None, error: bool) -> None:
+        """The trial's result (None or an error: failed) to its cell's study and the law sampler."""
         self._held = False
         for key, running in self._running.items():
             if trial_id in running:
@@ -130,4 +155,5 @@ class CellTrials:
         return {k: s.study for k, s in self._studies.items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({**state, "_held": False})  # a restored stage asks its cells afresh
+        # a restored stage asks its cells afresh; a searcher pickled before rounds existed proposed without them
+        self.__dict__.update({"_rounds": False, "_ended": {}, **state, "_held": False})

@@ -18,9 +18,9 @@ from .studies import CellStudy
 class CellSearcher(Searcher):
     """One Tune searcher over every cell of a stage (``cells.CellTrials``)."""
 
-    def __init__(self, studies: list[CellStudy]):
+    def __init__(self, studies: list[CellStudy], rounds: bool = False):
         super().__init__(metric=None, mode=None)  # no Tune-level metric: progress reports carry no val_loss
-        self.trials = CellTrials(studies)
+        self.trials = CellTrials(studies, rounds)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True

@@ -169,7 +169,8 @@ class Stage:
         spec, stage, cells, sweep = self.spec, self.name, self.cells, self.sweep
         with store_errors(spec.placement.tracking_uri):
             discard_stage_runs(spec.placement.tracking_uri, sweep.experiment_id, sweep.parent, stage)
-        searcher = CellSearcher(make_studies(spec, stage, self.recipe, cells, journal=study_journal(spec)))
+        searcher = CellSearcher(make_studies(spec, stage, self.recipe, cells, journal=study_journal(spec)),
+                                rounds=spec.sampling.rounds)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.training.calibrate.param if stage == "calibrate" else "s")
         return tune.Tuner(

@@ -55,7 +55,6 @@ from loopscale.analysis.isoflop import cell_optima  # noqa: E402
 from loopscale.model import JointLaw, LoopedConfig, count_params, flops_per_token  # noqa: E402
 from loopscale.objectives import TrialConfig, simulate  # noqa: E402
 from loopscale.objectives.peak import device_peak_flops  # noqa: E402
-from loopscale.search.plan import Throughput, estimate, measure_throughput, side_by_side  # noqa: E402
 from loopscale.search.spec import SweepSpec, resolve_spec_path  # noqa: E402
 
 TOY_LAW = JointLaw(E=0.377, A=14.78, alpha=0.414, B=7.356, beta=0.119, phi=0.46)
@@ -120,9 +119,13 @@ def trials(design: Design) -> list[dict]:
     return out
 
 
-def simulated_runs(design: Design, seed: int, noise: float) -> pd.DataFrame:
+def simulated_runs(design: Design, seed: int, noise: float, cell_noise: float | None = None,
+                   misspec: float | None = None) -> pd.DataFrame:
     """Each trial and its branches; a branch at a (budget, r, width) already in the table is left out, as
-    analysis.runs marks it a repeat (common random numbers make it the same run)."""
+    analysis.runs marks it a repeat (common random numbers make it the same run). ``cell_noise`` and ``misspec``
+    default to half of ``noise`` each."""
+    cell_noise = noise / 2 if cell_noise is None else cell_noise
+    misspec = noise / 2 if misspec is None else misspec
     rows, seen = [], set()
     for t in trials(design):
         for budget in [t["budget"], *t["branches"]]:
@@ -131,7 +134,7 @@ def simulated_runs(design: Design, seed: int, noise: float) -> pd.DataFrame:
             seen.add((budget, t["r"], t["s"]))
             config = {"budget_flops": budget, "r": t["r"], "s": float(t["s"]), "template": design.template,
                       "batch_tokens": BATCH, "seed": seed, "objective": "simulate", "law": TOY_LAW.to_dict(),
-                      "noise": noise, "cell_noise": noise / 2, "misspec": noise / 2}
+                      "noise": noise, "cell_noise": cell_noise, "misspec": misspec}
             m = simulate(TrialConfig(**config))
             if m["steps"] >= 20:
                 rows.append({"stage": "search", **{k: v for k, v in m.items() if k != "reason"}, "reason": ""})
@@ -158,6 +161,9 @@ def demo_spec(design: Design) -> SweepSpec:
 def wall_minutes(design: Design, probe: bool) -> tuple[float, float]:
     """(low, high) minutes of ``loopscale demo`` with this design under plan's model: steps at one trial's
     measured fp32 matmul peak, or timed by plan's probe."""
+    # (imported here: the designs and their simulated runs serve other benchmarks without plan's wall-time model)
+    from loopscale.search.plan import Throughput, estimate, measure_throughput, side_by_side
+
     spec = demo_spec(design)
     if probe:
         throughput = measure_throughput(spec)
