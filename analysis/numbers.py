@@ -77,6 +77,11 @@ def duration(seconds: float | None) -> str:
     return f"{sig(seconds / 86400, 2)} days"
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and the noun, in the plural unless n is 1: ``1 head``, ``2 heads``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def span(low: float | None, high: float | None, form: Callable[[float], str] = sig) -> str:
     """A range ``low-high`` in one format, the smaller end first whatever order it came in; one value when both
     ends read the same; "" when either end is missing."""

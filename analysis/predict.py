@@ -98,7 +98,7 @@ def prediction_lines(p: dict[str, Any], batch_tokens: int) -> list[str]:
         lines.append(f"cost: C = k N D with k = {numbers.sig(p['flops_per_param_token'])} FLOPs per token and "
                      "parameter; no template builds these runs, so no width is given")
     if np.isfinite(p.get("width_built", np.nan)):  # a law optimum without a template builds no model
-        lines.append(f"buildable: width {int(p['width_built'])} ({int(p['heads_built'])} heads), N "
+        lines.append(f"buildable: width {int(p['width_built'])} ({numbers.plural(int(p['heads_built']), 'head')}), N "
                      f"{with_range(p['N_built'], 'N_built', numbers.count)}, D "
                      f"{with_range(p['tokens_built'], 'tokens_built', numbers.count)} tokens, loss "
                      f"{with_range(p['loss_built'], 'loss_built', numbers.loss)} nats")

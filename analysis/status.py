@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from mlflow.tracking import MlflowClient
 
 from . import numbers
-from .store import check_store, holder_alive, lock_holder, redact, resolve_tracking_uri
+from .store import check_store, holder_alive, lock_holder, redact, resolve_tracking_uri, trial_numbers
 from .tracking import _experiment, _runs_of_kind, read_sweep_spec
 from .unfinished import sweep_folder
 
@@ -117,7 +117,7 @@ def sweep_status(name: str, tracking_uri: str | None) -> SweepStatus:
     running = failed = 0
     spent = 0.0
     for run in trials:
-        tags, metrics = run.data.tags, run.data.metrics
+        tags, metrics = run.data.tags, trial_numbers(run)
         if run.info.status == "RUNNING":
             running += 1
             continue

@@ -24,6 +24,7 @@ Checks (every failure is a ValueError of one line, the URI's password shown as `
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -57,6 +58,42 @@ EVAL_COLUMN = re.compile(r"^val_loss_r(\d+)$")
 def eval_column(r_eval: int) -> str:
     """The metric (and column) of a kept model's validation loss at ``r_eval`` recurrences."""
     return f"val_loss_r{r_eval}"
+
+
+# A trial run's numbers. Only its curves are MLflow metrics, so that the run's charts in the UI are its loss
+# curves (the UI draws a chart per metric, single points too): ``train_loss`` over the steps and the final
+# ``val_loss`` (kept a metric: the runs table sorts by it). Every other number of a trial (sizes, tokens, FLOPs,
+# s, r, lr, wall time, its warmdown branches' and module's values, evaluations at other r, a rung's prediction)
+# has one value and lives in one JSON tag at full precision, written by search (tracking.py, evaluate.py,
+# validate.py). Sweeps logged before kept them all as metrics: ``trial_numbers`` reads both.
+CHARTED = ("train_loss", "val_loss")
+NUMBERS_TAG = "loopscale.numbers"
+
+
+def numbers_tags(numbers: dict[str, float], run: Any = None) -> dict[str, str]:
+    """The tags that hold ``numbers`` over those ``run`` holds already: their JSON in ``NUMBERS_TAG``, continued
+    in ``NUMBERS_TAG.1``, ``.2``, ... past MLflow's tag length (a module may report many values)."""
+    from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+    text = json.dumps({**(_tagged_numbers(run.data.tags) if run is not None else {}), **numbers}, sort_keys=True)
+    return {_numbers_piece(i // MAX_TAG_VAL_LENGTH): text[i:i + MAX_TAG_VAL_LENGTH]
+            for i in range(0, len(text), MAX_TAG_VAL_LENGTH)}
+
+
+def trial_numbers(run: Any) -> dict[str, float]:
+    """Every number of a trial run (``CHARTED``'s latest values, and the single-valued ones) by name, whether
+    its sweep logged them as metrics (before) or in ``NUMBERS_TAG``."""
+    return {**run.data.metrics, **_tagged_numbers(run.data.tags)}
+
+
+def _numbers_piece(i: int) -> str:
+    return NUMBERS_TAG if i == 0 else f"{NUMBERS_TAG}.{i}"
+
+
+def _tagged_numbers(tags: dict[str, str]) -> dict[str, float]:
+    pieces = itertools.takewhile(lambda piece: piece is not None, (tags.get(_numbers_piece(i))
+                                                                    for i in itertools.count()))
+    return json.loads("".join(pieces) or "{}")
 
 
 # A factory's options are one param, their JSON, so that their types survive the store (a param is a string,

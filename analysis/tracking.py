@@ -1,8 +1,9 @@
 """Every MLflow call of the analysis: reading a sweep's trial runs, logging the analysis run.
 
 How the search lays runs out (docs/architecture.md): experiment name = sweep name; one run per trial tagged
-``loopscale.kind = trial`` with tags sweep, stage, cell, r, budget, objective, status, reason, ...; metrics =
-the numbers the trial returned; params = the trial config flattened (s, r, budget_flops, seed, template.*, ...).
+``loopscale.kind = trial`` with tags sweep, stage, cell, r, budget, objective, status, reason, ...; the numbers
+the trial returned (``store.trial_numbers``: its loss metrics and the single-valued numbers' tag, or all as
+metrics in an older sweep); params = the trial config flattened (s, r, budget_flops, seed, template.*, ...).
 
 Before MLflow touches a store it is checked (analysis/store.py: the store must exist, reading writes nothing);
 every failure is a ValueError with one line, in which a URI's password is shown as ``***``.
@@ -24,7 +25,7 @@ from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
 from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact,
-                    resolve_tracking_uri, runs_query)
+                    resolve_tracking_uri, runs_query, trial_numbers)
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
@@ -104,7 +105,7 @@ def read_sweep_progress(experiment: str, tracking_uri: str) -> dict[str, Any] | 
 
 
 def _row(run, experiment: str) -> dict[str, Any]:
-    metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
+    metrics, params, tags = trial_numbers(run), run.data.params, run.data.tags
     row: dict[str, Any] = {
         "run_id": run.info.run_id, "sweep": tags.get("sweep", experiment), "stage": tags.get("stage", "search"),
         "cell": tags.get("cell", ""), "cell_widths": tags.get("cell_widths", ""),

@@ -3,18 +3,17 @@
 Each trial run that holds a kept model (``[resources] keep_models``, search/tune/keep.py) is reloaded
 (``load_model``), rebuilt at each ``r_eval`` (``config.r = r_eval``: the block's trained layers run r_eval times),
 evaluated on its trial's validation rows by the trial's own evaluation (``objectives.training.validation_loss``),
-and the loss logged to its run as ``val_loss_r{r_eval}`` (nats per token; ``val_loss_r{r}`` at the trained r
-reproduces its ``val_loss``). A module with ``loopscale_metrics()`` has those logged too, as
-``module.<name>_r{r_eval}``. An architecture that cannot run an r (its weights depend on r, or its config refuses
-it) is one line per run and r on stderr, and nothing is logged for that r.
+and the loss added to its run's numbers (``store.NUMBERS_TAG``) as ``val_loss_r{r_eval}`` (nats per token;
+``val_loss_r{r}`` at the trained r reproduces its ``val_loss``). A module with ``loopscale_metrics()`` has those
+added too, as ``module.<name>_r{r_eval}``. An architecture that cannot run an r (its weights depend on r, or its
+config refuses it) is one line per run and r on stderr, and nothing is logged for that r.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
-from loopscale.analysis.store import eval_column
+from loopscale.analysis.store import eval_column, numbers_tags
 from loopscale.objectives.trial import module_metrics
 
 
@@ -44,11 +43,11 @@ class Evaluated:
 
 def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
                   device: str = "cpu", threads: int = 0) -> list[Evaluated]:
-    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and log the metrics to its run
-    (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
+    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
+    numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
     evaluation, for an experiment without kept models or an architecture that no longer loads."""
     import torch
-    from mlflow.entities import Metric
+    from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
     from loopscale.analysis.store import check_store, iter_runs, resolve_tracking_uri, runs_query
@@ -89,9 +88,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
             entry.losses[r] = validation_loss(module, model.trial, device)
             metrics[eval_column(r)] = entry.losses[r]
             metrics.update({f"{key}_r{r}": value for key, value in module_metrics(module).items()})
-        now = int(time.time() * 1000)
-        step = int(run.data.metrics.get("steps", 0))
-        client.log_batch(run.info.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+        client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in numbers_tags(metrics, run).items()])
         done.append(entry)
     return done
 

@@ -7,8 +7,9 @@ Layout (``analysis`` reads exactly this):
 * one run per trial nested under it (``mlflow.parentRunId``): tag ``loopscale.kind = "trial"`` and tags
   ``sweep, stage, cell, r, budget, objective, spec_hash, code_version, data_fingerprint, status, reason,
   trial_key`` and ``node`` (the id of the Ray node the trial ran on, once it finished); params = the trial
-  config flattened (``template.depth``, ``recipe.lr``, ...); metrics = every numeric metric of the trial's
-  final result at step = its optimizer steps, plus the ``train_loss`` curve. A trial whose receipt a full
+  config flattened (``template.depth``, ``recipe.lr``, ...); metrics = the ``train_loss`` curve and the final
+  ``val_loss`` at step = its optimizer steps (``store.CHARTED``: the run's charts); every other number of the
+  trial's final result in the JSON tag ``loopscale.numbers`` (``store.NUMBERS_TAG``). A trial whose receipt a full
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
   for ``--resume`` to write it back (``tune.receipts.restore_receipts``). A trial whose trained model is kept
   (``[resources] keep_models``, search/tune/keep.py) holds it as the artifact ``model.pt``, tagged
@@ -51,15 +52,16 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-from loopscale.analysis.store import (KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs, redact,
-                                      runs_query, sqlite_path, store_failure_types)
+from loopscale.analysis import numbers
+from loopscale.analysis.store import (CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs,
+                                      numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key, is_module_key
 
 from .spec import SweepSpec
 from .stopping import StoreFailure
 from .store_template import write_empty_store
-from .ui import VIEW_TAG, loss_tag, runs_view, view_tags
+from .ui import KIND_TAGS, VIEW_TAG, loss_tag, runs_view, view_tags
 
 # The sweep's run id on every trial run. Not MLflow's own mlflow.parentRunId: the UI folds nested runs under
 # their parent, hiding the trials a user wants to sort and compare by r, budget and width.
@@ -154,10 +156,11 @@ def code_version() -> str:
 def experiment_tags(spec: SweepSpec) -> dict[str, str]:
     """Tags that make the MLflow UI open the sweep as training runs (not its GenAI trace view) in the sweep's
     runs view (``ui.runs_view``), with a note."""
-    return {"mlflow.experimentKind": "custom_model_development", VIEW_TAG: runs_view(),
-            "mlflow.note.content": f"loopscale sweep {spec.name!r}: {len(spec.cells())} (budget, r) cells, "
-                                   f"objective {spec.objective}. One run per trial (name: stage, budget C, r, "
-                                   "width d); the 'analysis' run holds the fitted law, tables and plots."}
+    return {**KIND_TAGS, VIEW_TAG: runs_view(),
+            "mlflow.note.content": f"loopscale sweep {spec.name!r}: "
+                                   f"{numbers.plural(len(spec.cells()), '(budget, r) cell')}, objective "
+                                   f"{spec.objective}. One run per trial (name: stage, budget C, r, width d); the "
+                                   "'analysis' run holds the fitted law, tables and plots."}
 
 
 _READY_STORES: set[str] = set()  # sqlite stores this process has created or checked under the lock
@@ -219,8 +222,11 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
         if sqlite_path(spec.placement.tracking_uri) is not None:
             location = (sqlite_path(spec.placement.tracking_uri).resolve().parent / "artifacts").as_uri()
         experiment_id = client.create_experiment(spec.name, artifact_location=location, tags=experiment_tags(spec))
-    else:
+    else:  # a sweep logged before a tag existed gets it now (its kind: the view MLflow opens it in)
         experiment_id = experiment.experiment_id
+        for key, value in experiment_tags(spec).items():
+            if key not in experiment.tags:
+                client.set_experiment_tag(experiment_id, key, value)
     parent = find_parent_run(spec.placement.tracking_uri, spec.name)
     if parent is not None:
         client.update_run(parent.info.run_id, status="RUNNING")
@@ -258,14 +264,14 @@ def discard_run(client: MlflowClient, run_id: str, *, running: bool = True) -> N
 
 def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | None = None) -> None:
     """Mark the sweep's run finished, with the FLOPs its trials spent (``flops``: total, per_cell, paper_grid)
-    as metrics ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) and ``flops_spent.json``."""
+    as ``flops_spent`` (and ``flops_spent_vs_paper_grid`` where comparable) in its numbers (``store.NUMBERS_TAG``:
+    one value each, no chart) and ``flops_spent.json``."""
     client = MlflowClient(tracking_uri)
     if flops is not None:
-        metrics = {"flops_spent": flops["total"]}
+        spent = {"flops_spent": flops["total"]}
         if flops.get("paper_grid"):
-            metrics["flops_spent_vs_paper_grid"] = flops["total"] / flops["paper_grid"]
-        now = int(time.time() * 1000)
-        client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+            spent["flops_spent_vs_paper_grid"] = flops["total"] / flops["paper_grid"]
+        client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in numbers_tags(spent).items()])
         client.log_dict(parent_run_id, flops, "flops_spent.json")
     client.set_terminated(parent_run_id, "FINISHED")
 
@@ -407,17 +413,17 @@ class TrialTracker:
         # the curve's last report is the final step's train_loss: logged again here, that step would be in the
         # curve twice (an earlier attempt's run, finished from a receipt, holds its curve in the store only)
         held = max(entry.reached, self._last_step(entry.run_id) if entry.again else 0)
-        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in METRIC_KEYS
+        entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in CHARTED
                         if _finite(result.get(k)) and not (k in CURVE_KEYS and step <= held)]
-        entry.curve += [Metric(k, float(v), now_ms, step) for k, v in result.items()
-                        if (is_branch_key(k) or is_module_key(k)) and _finite(v)]
+        numbers = {k: v for k, v in result.items() if (k in METRIC_KEYS or is_branch_key(k) or is_module_key(k))
+                   and k not in CHARTED and _finite(v)}
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):
             batch = int(result["tokens"]) // step
-            flops_lost = float(result["flops_per_token"]) * entry.lost_steps * batch
-            entry.curve += [Metric("resumes", float(result["resumes"]), now_ms, step),
-                            Metric("flops_lost", flops_lost, now_ms, step)]
+            numbers.update(resumes=result["resumes"],
+                           flops_lost=float(result["flops_per_token"]) * entry.lost_steps * batch)
             tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))
+        tags += [RunTag(k, v) for k, v in numbers_tags(numbers).items()]
         tags += [RunTag(k, v) for k, v in loss_tag(result).items()]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))

@@ -32,10 +32,14 @@ LOOPBACK = "127.0.0.1"
 VIEW_KEY = "loopscale"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 # What a trial is and what it scored, as the runs table shows them: tags written for reading (``view_tags``:
-# budgets in e-notation, counts in k/M/B, the loss to 3 decimals), not the metrics, so that a cell's group row
-# shows no per-column minimum of its runs (a run that does not exist) and nothing is cut or shown to 10 digits.
-# The metrics stay for sorting, charts and the analysis.
+# budgets in e-notation, counts in k/M/B, the loss to 3 decimals), not the numbers themselves, so that a cell's
+# group row shows no per-column minimum of its runs (a run that does not exist) and nothing is cut or shown to 10
+# digits. The numbers stay at full precision for sorting, charts and the analysis (``store.trial_numbers``).
 VIEW_TAGS = ("r", "C", "width", "N", "tokens", "loss")
+# The experiment's kind, which MLflow 3's kind selector and older 3.x UIs open it by: training runs, not GenAI.
+# MLflow 3.17 itself opens every page in the browser's workflow type (the URL's ``workflowType``, else the user's
+# last choice in the sidebar, GenAI at first): ``experiment_url`` carries it.
+KIND_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def view_tags(trial: TrialConfig) -> dict[str, str]:
@@ -199,8 +203,9 @@ def experiment_id_of(tracking_uri: str, name: str | None) -> str | None:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         raise ValueError(f"no experiment {name!r} in {redact(tracking_uri)}; run `loopscale search` first")
-    if VIEW_TAG not in experiment.tags:  # a sweep logged before the view existed
-        client.set_experiment_tag(experiment.experiment_id, VIEW_TAG, runs_view())
+    for key, value in {**KIND_TAGS, VIEW_TAG: runs_view()}.items():
+        if key not in experiment.tags:  # a sweep logged before the tag existed
+            client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
 
 

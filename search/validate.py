@@ -19,7 +19,7 @@ import pandas as pd
 
 from loopscale.analysis import validation
 from loopscale.analysis.options import DEFAULT_FIT_OPTIONS
-from loopscale.analysis.store import runs_query
+from loopscale.analysis.store import numbers_tags, runs_query
 
 from .space import Cell
 from .spec import SweepSpec
@@ -141,8 +141,9 @@ def achieved_table(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:
 
 def finish(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:
     """After the stage: the rungs predicted and achieved (``achieved_table``), written as columns of each
-    rung's MLflow run (metrics predicted, predicted_lo, predicted_hi, gap_predicted, gap_lo, gap_hi; tag
-    ``validation`` hit or miss), and the plan marked complete."""
+    rung's MLflow run (numbers predicted, predicted_lo, predicted_hi, gap_predicted, gap_lo, gap_hi in its
+    ``store.NUMBERS_TAG``; tag ``validation`` hit or miss), and the plan marked complete."""
+    from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
     table = achieved_table(spec, plan)
@@ -154,9 +155,8 @@ def finish(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:
         if row.empty:
             continue
         row = row.iloc[0]
-        for column in PREDICTED:
-            if np.isfinite(row[column]):
-                client.log_metric(run.info.run_id, column, float(row[column]))
-        client.set_tag(run.info.run_id, "validation", row["verdict"])
+        predicted = {column: float(row[column]) for column in PREDICTED if np.isfinite(row[column])}
+        tags = {**numbers_tags(predicted, run), "validation": row["verdict"]}
+        client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
     plan.save(spec, complete=True)
     return table

@@ -15,6 +15,7 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.model import account
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
@@ -45,11 +46,12 @@ def test_a_train_sweep_of_an_architecture_in_a_file_runs_and_analyzes(tmp_path, 
     assert len(runs) == spec.planned_trials() >= 10
     for run in runs:
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
-        r, s = int(run.data.metrics["r"]), float(run.data.metrics["s"])
+        numbers = trial_numbers(run)
+        r, s = int(numbers["r"]), float(numbers["s"])
         counts = account(spec.grid.model(s, r))
         assert run.data.params["template.architecture"].endswith("tiny_loop.py:tiny_loop")
-        assert run.data.metrics["N_once"] == counts.N_once and run.data.metrics["N_rec"] == counts.N_rec
-        assert run.data.metrics["flops_per_token"] == counts.flops_per_token
+        assert numbers["N_once"] == counts.N_once and numbers["N_rec"] == counts.N_rec
+        assert numbers["flops_per_token"] == counts.flops_per_token
         assert (counts.N_rec > 0) == (r > 1)
     out = tmp_path / "analysis"
     assert main(["analyze", "--experiment", spec.name, "--tracking-uri", spec.placement.tracking_uri, "--out", str(out),

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.model import account
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
@@ -159,4 +160,4 @@ def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(t
     for run in runs:
         assert run.data.tags["status"] == "ok", run.data.tags.get("reason")
         assert run.data.tags["node"] == worker["NodeID"]
-        assert run.data.metrics["N_once"] == account(spec.grid.model(float(run.data.metrics["s"]), 2)).N_once
+        assert trial_numbers(run)["N_once"] == account(spec.grid.model(float(trial_numbers(run)["s"]), 2)).N_once

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.objectives import METRIC_KEYS, simulate
 from loopscale.search import SweepSpec
 from loopscale.search.tracking import TrialTracker, flatten_params, open_sweep
@@ -34,7 +35,7 @@ QUERY = "tags.`loopscale.kind` = 'trial'"
 
 
 def logged_metrics(result: dict) -> set[str]:
-    """The metrics a trial's run must hold: every finite number of its final result."""
+    """The numbers a trial's run must hold: every finite number of its final result."""
     return {k for k in METRIC_KEYS if isinstance(result.get(k), (int, float)) and math.isfinite(result[k])}
 
 
@@ -83,8 +84,9 @@ def test_eight_trials_side_by_side_log_everything(tmp_path, ray_with_8_cpus, tes
         config = spec.trial_config(cells[run.data.tags["cell"]], float(run.data.params["s"]))
         expected = simulate(dataclasses.replace(config, testing=None))  # the same trial without its aids
         assert run.data.params == flatten_params(config.to_params())
-        assert set(run.data.metrics) == logged_metrics(expected)
-        assert all(run.data.metrics[k] == pytest.approx(expected[k], rel=1e-12) for k in run.data.metrics)
+        numbers = trial_numbers(run)
+        assert set(numbers) == logged_metrics(expected)
+        assert all(numbers[k] == pytest.approx(expected[k], rel=1e-12) for k in numbers)
 
 
 def _log_a_sweep(folder: str, index: int, start, errors) -> None:
@@ -136,7 +138,7 @@ def test_eight_processes_log_into_one_fresh_store_at_once(tmp_path):
         for run in runs:
             assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
             result = simulate(spec.trial_config(cell, float(run.data.params["s"])))
-            assert set(run.data.metrics) == logged_metrics(result)
+            assert set(trial_numbers(run)) == logged_metrics(result)
             curve = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train_loss"))
             expected = [(step, 10.0 / step + index) for step in range(1, 11)]
             assert curve == sorted([*expected, (result["steps"], result["train_loss"])])  # + the final value

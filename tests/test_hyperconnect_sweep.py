@@ -10,6 +10,7 @@ import pytest
 import ray
 
 from loopscale.analysis.cli import main as analysis_main
+from loopscale.analysis.store import trial_numbers
 from loopscale.model import count_params
 from loopscale.search import SweepSpec
 from loopscale.search.tune.driver import run_search
@@ -41,7 +42,7 @@ def test_baseline_and_hyperconnect_sweeps_compare(tmp_path, capsys):
         s, r = float(run.data.params["s"]), int(run.data.tags["r"])
         config = hyper.grid.model(s, r)
         assert config.injection == ("hyperconnect" if r > 1 else "none")
-        assert run.data.metrics["N_rec"] == count_params(config).N_rec
+        assert trial_numbers(run)["N_rec"] == count_params(config).N_rec
         assert run.data.params["template.lanes"] == "2"
     assert analysis_main(["compare", "base", "hyper", "--tracking-uri", base.placement.tracking_uri,
                           "--n-starts", "40", "--n-bootstrap", "40"]) == 0

@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.objectives import TrialConfig, train
 from loopscale.objectives.kept import read_kept, rebuild
 from loopscale.objectives.training import validation_loss
@@ -210,7 +211,7 @@ def test_a_sweep_keeps_each_cells_best_model_which_reloads_and_evaluates_at_ever
     capsys.readouterr()
     assert main(["evaluate", spec.name, "--r", "1,2,3,4,8", "--tracking-uri", spec.placement.tracking_uri]) == 0
     out, err = capsys.readouterr()
-    metrics = client.get_run(best.info.run_id).data.metrics
+    metrics = trial_numbers(client.get_run(best.info.run_id))
     assert {f"val_loss_r{r}" for r in (1, 2, 3, 4, 8)} <= set(metrics)
     assert metrics["val_loss_r2"] == pytest.approx(metrics["val_loss"], abs=1e-6)
     assert all(math.isfinite(metrics[f"val_loss_r{r}"]) for r in (1, 3, 4, 8))
@@ -312,4 +313,4 @@ def test_evaluate_refuses_bad_input_in_one_line_before_any_work(tmp_path, capsys
         assert main(["evaluate", *argv, "--tracking-uri", uri]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
-    assert client.get_run(run.info.run_id).data.metrics == {}
+    assert trial_numbers(client.get_run(run.info.run_id)) == {}

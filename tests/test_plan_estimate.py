@@ -6,8 +6,11 @@ held against the trial's measured wall time, whole and per extra step; the ETA l
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,10 +18,11 @@ from loopscale import objectives
 from loopscale.model import account
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
-from loopscale.search.plan.probe import measure_throughput
+from loopscale.search.plan.probe import fit_rounds, measure_throughput
 from loopscale.search.plan.render import render_estimate
 from loopscale.search.plan.walltime import (CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_BYTES_PER_S, CHECKPOINT_COPIES,
                                             Throughput, estimate, trial_seconds)
+from test_spec import write_spec
 
 STEPS = Throughput(flops_per_s=1e9, step_s=0.05, shape="", device="cpu", setup_s=1.0, side_by_side=1)
 
@@ -84,3 +88,28 @@ def test_a_trial_is_priced_with_its_checkpoints():
     checkpoints = (priced[0] - STEPS.setup_s) // 600
     assert checkpoints >= 1
     assert priced[600] - priced[0] == pytest.approx(checkpoints * write_s)
+
+
+def test_the_step_line_is_fitted_per_round_so_a_load_change_spoils_one_round_only():
+    """Two shapes timed in turns: each round's line, then the medians. Timed one shape after the other, a load
+    that doubles the wider shape's steps alone (others' work starting in between) made the fixed cost negative,
+    printed as 0 ms; in rounds it spoils the round it falls in, and doubles both shapes' steps after it."""
+    flops, fixed, rate = [1e9, 9e9], 0.02, 1e10
+    clean = [fixed + f / rate for f in flops]
+    rounds = [clean, clean, [clean[0], 2 * clean[1]], [2 * t for t in clean], clean]
+    assert fit_rounds(flops, rounds) == pytest.approx((rate, fixed))
+    one_after_the_other = [clean[0], 2 * clean[1]]  # the old probe's two timings, load doubled in between
+    assert fit_rounds(flops, [one_after_the_other])[1] == 0.0
+    assert fit_rounds(flops[1:], [[0.5], [0.4], [0.9]]) == (9e9 / 0.5, 0.0)  # one shape: a rate, its median step
+
+
+def test_the_probe_times_an_own_architectures_step_at_two_widths(tmp_path):
+    """plan prices a spec's own architecture by its own step (tests/fixtures/tiny_loop.py built by its
+    factory), a fixed cost per step and a rate through two widths, not a bare FLOP rate."""
+    shutil.copy(Path(__file__).parent / "fixtures" / "tiny_loop.py", tmp_path / "tiny_loop.py")
+    spec = SweepSpec.from_toml(write_spec(tmp_path, objective="train", budgets=[1e12], recurrences=[1],
+                                          template={"architecture": "tiny_loop.py:tiny_loop"},
+                                          widths={"s_min": 1, "s_max": 2}, resources={"max_concurrent": 1}))
+    throughput = measure_throughput(spec, max_steps=3, min_seconds=0.0)
+    assert throughput.step_s > 0 and math.isfinite(throughput.flops_per_s) and throughput.flops_per_s > 1e7
+    assert throughput.shape.startswith("s=1 r=1 width 16 and s=2 r=1 width 32") and throughput.setup_s > 0

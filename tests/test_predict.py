@@ -10,7 +10,7 @@ import pytest
 
 from loopscale.analysis import SizeCurve, allocation_table, fit_joint_law
 from loopscale.analysis.cli import main
-from loopscale.analysis.predict import predict
+from loopscale.analysis.predict import predict, prediction_lines
 from loopscale.model import PAPER_LAW, PAPER_PHI_CI, JointLaw, tokens_for_budget
 from test_analysis_sim import paper_runs
 
@@ -90,3 +90,10 @@ def test_bad_requests_are_one_line_before_any_fit(tmp_path, capsys, argv, messag
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "fitted" not in err, err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_one_head_model_is_one_head():
+    """The buildable line said "width 128 (1 heads)" at the narrowest width."""
+    p = predict(PAPER_LAW, 1e15, 1)
+    assert p["heads_built"] == 1
+    assert any(line.startswith("buildable: width 128 (1 head), N ") for line in prediction_lines(p, BATCH))

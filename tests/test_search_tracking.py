@@ -9,6 +9,8 @@ import sqlite3
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
+from loopscale.analysis.tracking import read_trial_runs
 from loopscale.objectives import TrialConfig
 from loopscale.search import SweepSpec
 from loopscale.search import store_template
@@ -170,3 +172,41 @@ def test_a_new_store_copied_from_the_cached_empty_one_equals_one_mlflow_builds(t
     run = client.create_run(client.create_experiment("e"))
     client.log_metric(run.info.run_id, "val_loss", 3.0)
     assert client.get_run(run.info.run_id).data.metrics == {"val_loss": 3.0}
+
+
+def test_a_trial_charts_only_its_losses_and_keeps_its_other_numbers_in_one_tag(tmp_path):
+    """The UI draws a chart per metric: a trial's run holds train_loss and val_loss as metrics and every
+    single-valued number (sizes, tokens, FLOPs, branches' values) in the numbers tag, read back at full
+    precision, as the analysis reads them; a run logged the old way (all metrics) reads the same."""
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    experiment_id, parent = open_sweep(spec, "simulated")
+    t = tracker(spec, experiment_id, parent)
+    t.start("search/a/1", META, config(2))
+    t.curve("search/a/1", {"train_loss": 4.0, "step": 5})
+    final = {**result(3.0), "steps": 7, "train_loss": 3.5, "N": 12345, "lr": 0.1 / 3, "branch0.val_loss": 3.25}
+    many = {f"module.gate{i}": i / 7 for i in range(400)}  # past MLflow's tag length: the tag continues
+    t.finish("search/a/1", {**final, **many})
+    (run,) = runs(spec, experiment_id)
+    assert set(run.data.metrics) == {"train_loss", "val_loss"} and "loopscale.numbers.1" in run.data.tags
+    assert trial_numbers(run) == {k: v for k, v in {**final, **many}.items() if k not in ("status", "reason")}
+
+    old = MlflowClient(spec.placement.tracking_uri).create_run(experiment_id, tags={
+        "loopscale.kind": "trial", "sweep": spec.name, "stage": "search", "cell": META["cell"], "status": "ok"})
+    for key in ("val_loss", "steps", "tokens", "N", "lr", "branch0.val_loss"):
+        MlflowClient(spec.placement.tracking_uri).log_metric(old.info.run_id, key, float(final[key]), step=7)
+    rows = {row["run_id"]: row for row in read_trial_runs(spec.name, spec.placement.tracking_uri)[0]}
+    assert rows[run.info.run_id]["branch0.val_loss"] == rows[old.info.run_id]["branch0.val_loss"] == 3.25
+    assert rows[run.info.run_id]["tokens"] == rows[old.info.run_id]["tokens"] == 3584
+    assert rows[run.info.run_id]["lr"] == rows[old.info.run_id]["lr"] == 0.1 / 3
+
+
+def test_a_sweep_opens_as_training_runs_and_an_older_one_is_tagged_when_reused(tmp_path):
+    """MLflow 3 reads an experiment's kind from its tag (training, not GenAI): a new sweep's experiment has it,
+    and one made before the tag existed gets it when the sweep resumes into it."""
+    spec = SweepSpec.from_toml(write_spec(tmp_path))
+    client = MlflowClient(spec.placement.tracking_uri)
+    experiment_id, _ = open_sweep(spec, "simulated")
+    assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    client.delete_experiment_tag(experiment_id, "mlflow.experimentKind")
+    assert open_sweep(spec, "simulated")[0] == experiment_id
+    assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"

@@ -15,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from loopscale.analysis import numbers
+from loopscale.analysis.store import trial_numbers
 from loopscale.search import SweepSpec
 from test_resume import ray_tmp, start_until_finished  # noqa: F401 (a fixture)
 from test_spec import write_spec
@@ -72,7 +73,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
     client = MlflowClient(spec.placement.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id],
                               "tags.`loopscale.kind` = 'trial'", max_results=1000)
-    spent = sum(run.data.metrics["flops_spent"] for run in runs)
+    spent = sum(trial_numbers(run)["flops_spent"] for run in runs)
     assert lines[2].startswith(f"FLOPs spent: {numbers.flops(spent)}; ran ")
     table = {line.split()[0]: line.split()[1:] for line in lines[4:]}
     assert len(table) == len(spec.cells())
@@ -80,7 +81,7 @@ def test_status_follows_a_sweep_while_it_runs_after_a_kill_and_once_resumed(tmp_
         own = [run for run in runs if run.data.tags["cell"] == cell.key]
         best = min(own, key=lambda run: run.data.metrics["val_loss"])
         assert table[cell.key] == [str(len(own)), numbers.loss(best.data.metrics["val_loss"]),
-                                   str(int(best.data.metrics["width"])), numbers.count(best.data.metrics["N"])]
+                                   str(int(trial_numbers(best)["width"])), numbers.count(trial_numbers(best)["N"])]
 
 
 def test_status_of_an_unknown_sweep_is_one_line(tmp_path):

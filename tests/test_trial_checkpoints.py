@@ -16,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ray import tune
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.objectives import TrialConfig, train
 from loopscale.search import SweepSpec
 from test_kill_resume import Driver, kill_leftovers, ray_dir, trial_runs  # noqa: F401 (fixture)
@@ -123,13 +124,13 @@ def check_resumed_run(spec: SweepSpec, tolerance: dict | None = None) -> None:
     assert len(runs) == 1 and runs[0].info.status == "FINISHED", [r.info for r in runs]
     run = runs[0]
     assert run.data.tags["status"] == "ok"
-    assert int(run.data.tags["loopscale.resumed_from_step"]) > 0 and run.data.metrics["resumes"] >= 1
-    assert run.data.metrics["flops_lost"] >= 0
+    assert int(run.data.tags["loopscale.resumed_from_step"]) > 0 and trial_numbers(run)["resumes"] >= 1
+    assert trial_numbers(run)["flops_lost"] >= 0
     trials = tune.ExperimentAnalysis(f"{spec.placement.storage}/{spec.name}/search").trials
     uninterrupted, reports = trained_once(trials[0].config["trial"])
     assert run.data.metrics["val_loss"] == pytest.approx(uninterrupted["val_loss"], **tolerance)
-    assert run.data.metrics["tokens"] == uninterrupted["tokens"]
-    assert run.data.metrics["flops_spent"] == uninterrupted["flops_spent"]
+    assert trial_numbers(run)["tokens"] == uninterrupted["tokens"]
+    assert trial_numbers(run)["flops_spent"] == uninterrupted["flops_spent"]
 
     # every report's step once, with the uninterrupted trial's loss; the last is the final step's train_loss
     history = MlflowClient(spec.placement.tracking_uri).get_metric_history(run.info.run_id, "train_loss")

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
+
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.slow]
@@ -93,7 +95,7 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
     for run in trials:
         # every trial is listed by name, and the name carries its r and width
         assert run.info.run_name in body
-        assert f"r={run.data.tags['r']} d={int(run.data.metrics['width'])}" in run.info.run_name
+        assert f"r={run.data.tags['r']} d={int(trial_numbers(run)['width'])}" in run.info.run_name
         if run.data.tags["stage"] == "calibrate":  # calibration runs differ by the rate they try
             assert run.info.run_name.endswith(f" base_lr={float(run.data.params['recipe.base_lr']):.3g}")
 
@@ -110,18 +112,25 @@ def test_runs_table_lists_every_trial_and_the_analysis_plots_render(ui, page):
 
 
 def test_the_sweep_opens_in_its_view_by_cell_sorted_by_loss(ui, page):
-    """The URL `loopscale ui` prints opens the sweep's shared view: r, budget C, width, N, tokens and the loss as
-    columns in that order, written for reading (e-notation, k/M counts, 3 decimals), runs grouped by cell with no
-    per-column aggregate on a group's row, each group best first and the groups by their best loss."""
+    """The URL `loopscale ui` prints opens the sweep's shared view in MLflow's training view (the sidebar's runs
+    and model registry, no evaluation runs; the experiment's kind is training): r, budget C, width, N, tokens and
+    the loss as columns in that order, written for reading (e-notation, k/M counts, 3 decimals), runs grouped by
+    cell with no per-column aggregate on a group's row, each group best first and the groups by their best loss.
+    A trial's metric charts are its train_loss curve, first, and its val_loss: no chart of a single-valued number
+    (N, budget_flops, ...), which buried the curve under 16 one-point charts."""
     url, uri = ui
     assert "viewStateShareKey=loopscale" in url
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("smoke").experiment_id], max_results=1000)
+    experiment = client.get_experiment_by_name("smoke")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
     page.goto(url)
     page.locator(".ag-header-cell[col-id='tags.`loss`']").wait_for(timeout=90_000)
     page.get_by_text(f"{len(runs)} matching runs").wait_for(timeout=60_000)
     page.get_by_text("Group: C=1e+13,r=4").wait_for(timeout=30_000)
     page.screenshot(path=str(SHOTS / "runs_view.png"), full_page=True)
+    links = page.eval_on_selector_all("nav a", "els => els.map(e => e.innerText.trim())")
+    assert "Runs" in links and "Model registry" in links and "Evaluation runs" not in links, links
     headers = page.eval_on_selector_all(".ag-header-row-column .ag-header-cell[col-id^='tags.']",
                                         "els => els.map(e => [e.getBoundingClientRect().x, e.getAttribute('col-id')])")
     assert [col for _, col in sorted(headers)] == [f"tags.`{k}`" for k in ("r", "C", "width", "N", "tokens", "loss")]
@@ -148,3 +157,13 @@ def test_the_sweep_opens_in_its_view_by_cell_sorted_by_loss(ui, page):
     for group in groups:
         assert group == sorted(group), group
     assert [g[0] for g in groups] == sorted(g[0] for g in groups)
+
+    (trial,) = [run for run in runs if run.data.tags.get("stage") == "calibrate"]  # trained: a real curve
+    assert len(client.get_metric_history(trial.info.run_id, "train_loss")) > 2
+    page.get_by_text(trial.info.run_name, exact=True).first.click()
+    page.get_by_role("tab", name="Model metrics").click()
+    card = "[data-testid=experiment-view-compare-runs-card]"
+    page.locator(card).filter(has_text="val_loss").get_by_text("Step").first.wait_for(timeout=60_000)  # drawn
+    titles = page.eval_on_selector_all(card, "els => els.map(e => e.innerText.split('\\n')[0].trim())")
+    assert titles == ["train_loss", "val_loss"], titles
+    page.screenshot(path=str(SHOTS / "trial_charts.png"), full_page=True)

@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from loopscale.analysis import FitOptions, analyze, fit_joint_law, load_runs
 from loopscale.analysis import validation
+from loopscale.analysis.store import trial_numbers
 from loopscale.model import PAPER_LAW
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
@@ -145,7 +146,8 @@ def test_a_sweep_ends_with_its_rungs_and_analyze_compares_them(sweep_with_rungs,
     for run in runs:
         assert run.info.status == "FINISHED" and run.info.run_name.startswith("validate C=3e+13")
         assert float(run.data.tags["budget"]) == 3e13 and run.data.tags["validation"] in ("hit", "miss")
-        assert run.data.metrics["predicted_lo"] <= run.data.metrics["predicted"] <= run.data.metrics["predicted_hi"]
+        predicted = trial_numbers(run)
+        assert predicted["predicted_lo"] <= predicted["predicted"] <= predicted["predicted_hi"]
     # `loopscale validate` of the same rungs trains nothing more: it prints the comparison
     capsys.readouterr()
     uri = spec.placement.tracking_uri

@@ -24,6 +24,7 @@ import time
 
 from mlflow.tracking import MlflowClient
 
+from loopscale.analysis.store import trial_numbers
 from loopscale.search import SweepSpec
 from loopscale.search.plan.probe import measure_throughput
 from loopscale.search.plan.render import render_estimate
@@ -79,7 +80,7 @@ def main() -> None:
         experiment = client.get_experiment_by_name(spec.name)
         cells = {(stage, c.key): c for stage in ("calibrate", "search") for c in spec.cells(stage)}
         for run in client.search_runs([experiment.experiment_id], "tags.`loopscale.kind` = 'trial'"):
-            m, cell = run.data.metrics, cells[run.data.tags["stage"], run.data.tags["cell"]]
+            m, cell = trial_numbers(run), cells[run.data.tags["stage"], run.data.tags["cell"]]
             priced = trial_seconds(spec, cell, m["s"], throughput)
             print(f"  {run.info.run_name:<30} trial {m['wall_s']:6.1f} s, priced {priced:6.1f} s "
                   f"({priced / m['wall_s']:.2f}x)")
