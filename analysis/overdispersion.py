@@ -4,7 +4,7 @@ Real sweeps' residuals are not independent: the runs of one (budget, r) cell sha
 init seed, the learning rate transferred to them, whatever the law's form misses at that scale), and phi is
 measured between cells (every run of a cell has the same r). A test that takes the residuals as independent is
 then too sure: phi's profile interval covered the truth on 81% (the paper's design) and 61% (the demo's) of
-simulated sweeps with such offsets (docs/log.md, 2026-12-06 (10)). The model of the fit's Huber scores
+simulated sweeps with such offsets (docs/log.md, 2026-12-06 (12)). The model of the fit's Huber scores
 psi_i = clip(u_i, -delta, delta) (u the residuals of log L at the optimum) is one-way random effects,
 
     psi = M (Z c + e),   c ~ N(0, tau^2 I_g),   e ~ N(0, sigma^2 I_n),   M = I - J (J^T J)^+ J^T

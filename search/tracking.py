@@ -415,15 +415,15 @@ class TrialTracker:
         held = max(entry.reached, self._last_step(entry.run_id) if entry.again else 0)
         entry.curve += [Metric(k, float(result[k]), now_ms, step) for k in CHARTED
                         if _finite(result.get(k)) and not (k in CURVE_KEYS and step <= held)]
-        numbers = {k: v for k, v in result.items() if (k in METRIC_KEYS or is_branch_key(k) or is_module_key(k))
-                   and k not in CHARTED and _finite(v)}
+        single = {k: v for k, v in result.items() if (k in METRIC_KEYS or is_branch_key(k) or is_module_key(k))
+                  and k not in CHARTED and _finite(v)}
         tags = [RunTag("status", status), RunTag("reason", reason)]
         if result.get("resumes"):
             batch = int(result["tokens"]) // step
-            numbers.update(resumes=result["resumes"],
-                           flops_lost=float(result["flops_per_token"]) * entry.lost_steps * batch)
+            single.update(resumes=result["resumes"],
+                          flops_lost=float(result["flops_per_token"]) * entry.lost_steps * batch)
             tags.append(RunTag(RESUMED_TAG, str(int(result["resumed_from_step"]))))
-        tags += [RunTag(k, v) for k, v in numbers_tags(numbers).items()]
+        tags += [RunTag(k, v) for k, v in numbers_tags(single).items()]
         tags += [RunTag(k, v) for k, v in loss_tag(result).items()]
         if result.get("node"):
             tags.append(RunTag("node", str(result["node"])))
