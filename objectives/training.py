@@ -91,7 +91,7 @@ def trial_data(trial: TrialConfig, config: LoopedConfig) -> Batches:
     if packed.meta["vocab_size"] > config.vocab_size:
         raise ValueError(f"data vocabulary {packed.meta['vocab_size']} exceeds the model's vocab_size "
                          f"{config.vocab_size}")
-    return Batches(packed, rows_per_batch(trial.batch_tokens, seq_len))
+    return Batches(packed, rows_per_batch(trial.batch_tokens, seq_len), trial.order_seed)
 
 
 def train(trial: TrialConfig, report: Report | None = None,

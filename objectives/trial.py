@@ -12,7 +12,7 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
                           (depth, prelude, coda, width_unit, head_dim, seq_len, vocab_size, injection, bptt_k,
                           depth_sampling, lanes)
     batch_tokens  int     tokens per optimizer step, whole rows of seq_len
-    seed          int
+    seed          int     model initialisation (and a sampled depth's draws; a simulated trial's deviations)
     objective     str     "train" | "simulate"
     branch_budgets list   smaller budgets the law sampler chose for this trial's warmdown branches, beyond the
                           recipe's (objectives/branches.py); in the params only when there are some
@@ -21,6 +21,8 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
                           (objectives.noise) and the test aids (objectives.testing)
     data, recipe, device, num_threads, cache_dir, val_tokens
                           train only (see objectives.train)
+    order_seed    int     train only: the trial's own batch order (objectives/data/batches.py); in the params
+                          only when set, else the data seed alone orders the batches of every trial alike
 
 Both objectives return a dict with ``METRIC_KEYS`` (and nothing else, but for a training trial with warmdown
 branches: ``branch<i>.<name>`` for each branch i and each of ``BRANCH_KEYS``, see objectives/training.py; and
@@ -44,11 +46,11 @@ from .noise import Noise
 OBJECTIVES = ("train", "simulate")
 DEFAULT_VAL_TOKENS = 65_536
 _COMMON = ("budget_flops", "r", "s", "template", "batch_tokens", "seed", "objective", "branch_budgets")
-_UNLESS_SET = ("branch_budgets", "law", "testing")  # in the params only when set: old sweeps' dicts lack them
-_BY_OBJECTIVE = {"train": ("data", "recipe", "device", "num_threads", "cache_dir", "val_tokens"),
+_UNLESS_SET = ("branch_budgets", "law", "testing", "order_seed")  # in the params only when set: old sweeps' dicts lack them
+_BY_OBJECTIVE = {"train": ("data", "recipe", "device", "num_threads", "cache_dir", "val_tokens", "order_seed"),
                  "simulate": ("noise", "cell_noise", "misspec", "law", "testing")}
 _FLOATS = ("budget_flops", "s", "noise", "cell_noise", "misspec")  # JSON and Tune's state keep 1e12 as 1000000000000
-_INTS = ("r", "batch_tokens", "seed", "num_threads", "val_tokens")
+_INTS = ("r", "batch_tokens", "seed", "num_threads", "val_tokens", "order_seed")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,7 @@ class TrialConfig:
     num_threads: int = 0  # 0: torch's default
     cache_dir: str = ""  # "": objectives.data.cache.default_cache_dir()
     val_tokens: int = DEFAULT_VAL_TOKENS
+    order_seed: int | None = None
     noise: float = Noise.noise
     cell_noise: float = Noise.cell_noise
     misspec: float = Noise.misspec
@@ -88,6 +91,8 @@ class TrialConfig:
         _require(all(_number(b) and 0 < b < self.budget_flops for b in self.branch_budgets),
                  f"branch_budgets must be budgets below the trial's {self.budget_flops:.3g}, got "
                  f"{list(self.branch_budgets)}")
+        _require(self.order_seed is None or (isinstance(self.order_seed, int) and self.order_seed >= 0),
+                 f"order_seed must be a whole number >= 0 or unset, got {self.order_seed!r}")
         _require(isinstance(self.val_tokens, int) and self.val_tokens > 0,
                  f"val_tokens must be a whole number > 0, got {self.val_tokens!r}")
         config = self.model_config
@@ -108,9 +113,9 @@ class TrialConfig:
 
     def to_params(self) -> dict[str, Any]:
         """The plain dict Tune ships and MLflow logs: the common keys and the objective's own; ``branch_budgets``,
-        ``law`` and ``testing`` only when set."""
+        ``law``, ``testing`` and ``order_seed`` only when set."""
         out = {k: _plain(getattr(self, k)) for k in (*_COMMON, *_BY_OBJECTIVE[self.objective])}
-        return {k: v for k, v in out.items() if not (k in _UNLESS_SET and not v)}
+        return {k: v for k, v in out.items() if not (k in _UNLESS_SET and v in (None, [], {}))}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "TrialConfig":

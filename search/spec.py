@@ -28,6 +28,9 @@ Layout (every key optional unless marked)::
     rounds = false                   # propose in rounds: a round's trials all end before the next round is
                                      # proposed, their results told in a fixed order (search/tune/cells.py), so
                                      # the design does not depend on which trial finishes first
+    seeds = "shared"                 # "shared": every trial trains from `seed` (initialisation) and [data] seed
+                                     # (batch order); "per_trial": each trial from its own seed, derived from
+                                     # `seed` and the trial's key, so the seed's effect shows in phi's interval
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
@@ -143,6 +146,9 @@ class SweepSpec:
         grid = Grid.parse(t, Path(source).parent if Path(source).is_file() else Path.cwd())
         simulation = Simulation.parse(t)
         sampling = Sampling.parse(t)
+        require(sampling.seeds == "shared" or objective == "train",
+                f"seeds = {sampling.seeds!r} draws a trained trial's initialisation and batch order per trial; a "
+                "simulated trial's noise is drawn per trial already: leave seeds out")
         resources = Placement.parse_resources(t)
         uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
         training = Training.parse(t, raw, uses_data, grid.template)
@@ -244,7 +250,8 @@ class SweepSpec:
 
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
-    "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "rounds", "min_steps",
+    "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "rounds", "seeds",
+    "min_steps",
     "first_guess_tokens_per_param",
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources", "validate",

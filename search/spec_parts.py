@@ -24,6 +24,7 @@ from loopscale.objectives.noise import Noise
 from .toml_table import Table, require
 
 SAMPLERS = ("law", "gp", "tpe", "grid", "random")
+SEEDS = ("shared", "per_trial")  # every trial trains from the sweep's seed, or from its own (Sampling.seeds)
 TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "depth_sampling", "lanes",
                  "vocab_size", "architecture", "options")
 DEFAULT_TOLERANCE = 0.1  # log width: the law sampler's default precision of a cell's optimum
@@ -183,7 +184,14 @@ class Grid:
 @dataclass(frozen=True)
 class Sampling:
     """How the widths of a cell are sampled: the sampler, its trials per cell and seed, and the law sampler's
-    stopping and branching."""
+    stopping and branching; and whether the trials share one seed of initialisation and batch order.
+
+    ``seeds = "shared"`` (the default) trains every trial from the sweep's seed, in the data seed's batch order:
+    common random numbers, so two widths of a cell differ by their width alone, but the seed's own effect on the
+    loss is one draw for the whole sweep, which no resampling of its trials can see. ``"per_trial"`` gives each
+    trial its own seed for both (``search/tune/studies.trial_seed``), so that effect becomes trial noise the
+    interval on phi measures.
+    """
 
     sampler: str
     trials_per_cell: int
@@ -193,6 +201,7 @@ class Sampling:
     information: float = added(0.0)
     deferred_budgets: int = added(1)
     rounds: bool = added(False)
+    seeds: str = added("shared")
 
     @classmethod
     def parse(cls, t: Table) -> "Sampling":
@@ -205,7 +214,8 @@ class Sampling:
         sampling = cls(sampler=t.choice("sampler", SAMPLERS, "gp"), trials_per_cell=t.int("trials_per_cell", default=5),
                        seed=t.int("seed", default=0), tolerance=float(tolerance),
                        branches=t.bool("branches", default=False), information=float(information),
-                       deferred_budgets=deferred, rounds=t.bool("rounds", default=False))
+                       deferred_budgets=deferred, rounds=t.bool("rounds", default=False),
+                       seeds=t.choice("seeds", SEEDS, "shared"))
         require(sampling.trials_per_cell >= 1, f"trials_per_cell must be >= 1, got {sampling.trials_per_cell}")
         require(0 <= sampling.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {sampling.seed}")
         require(not information or sampling.sampler == "law",

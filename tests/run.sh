@@ -18,6 +18,7 @@ fi
 # The CPU wheel of torch first: an unpinned torch would pull a multi-GB CUDA build on this kind of machine.
 python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[test]"
-# Two workers: one at a time leaves cores idle while integration tests wait on Ray start-up, subprocesses and
-# servers. Every test keeps to its own folders and free ports and starts its own Ray, so they run side by side.
-python -m pytest -n 2 --dist worksteal "${lane[@]}" "$@"
+# Three workers on two cores: with two, the cores sit idle while integration tests wait on Ray start-up,
+# subprocesses and servers; a third keeps them busy (docs/log.md, 2026-12-06 (17)). Every test keeps to its own
+# folders and free ports and starts its own Ray, so they run side by side.
+python -m pytest -n 3 --dist worksteal "${lane[@]}" "$@"

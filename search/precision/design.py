@@ -56,8 +56,9 @@ class Design:
 
 
 def simulated_spec(spec: SweepSpec, law: JointLaw, noise: Noise) -> SweepSpec:
-    """``spec`` with its search trials simulated under ``law`` and ``noise``."""
-    return dataclasses.replace(spec, objective="simulate",
+    """``spec`` with its search trials simulated under ``law`` and ``noise`` (which draws each trial's noise on its
+    own, as a trained sweep's ``seeds = "per_trial"`` would: the simulated trials share the sweep's seed)."""
+    return dataclasses.replace(spec, objective="simulate", sampling=dataclasses.replace(spec.sampling, seeds="shared"),
                                simulation=Simulation(noise=noise.noise, law=law.to_dict(),
                                                      cell_noise=noise.cell_noise, misspec=noise.misspec))
 

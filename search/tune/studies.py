@@ -85,6 +85,13 @@ def cell_seed(seed: int, stage: str, key: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}|{stage}|{key}".encode()).digest()[:4], "little")
 
 
+def trial_seed(seed: int, stage: str, key: str, number: int) -> int:
+    """The own seed (initialisation and batch order) of a cell's ``number``-th proposal under ``seeds =
+    "per_trial"``: a function of the sweep's seed and the trial's key alone, so a restored sweep, a retried trial
+    and a second run of the spec train each trial from the same seed."""
+    return cell_seed(seed, stage, f"{key}/{number}")
+
+
 # ---- studies -------------------------------------------------------------------------------------------
 JOURNAL_FILE = "optuna.journal"
 
@@ -163,6 +170,7 @@ class CellStudy:
         for point in {"grid": grid, "random": []}.get(spec.sampling.sampler if surrogate is None else "random", guess):
             self.study.enqueue_trial(point)
         self.asked = 0
+        self.sweep_seed, self.trial_seeds = spec.sampling.seed, spec.sampling.seeds == "per_trial"
         self.attach()
 
     def open(self) -> bool:
@@ -181,9 +189,13 @@ class CellStudy:
             trial = self.study.ask()
             params = self._params(trial)
         self.asked += 1
+        base = self.base
+        if self.trial_seeds:
+            own = trial_seed(self.sweep_seed, self.stage, self.key, self.asked)
+            base = dataclasses.replace(base, seed=own, order_seed=own)
         if "s" in params:
-            return trial.number, dataclasses.replace(self.base, s=params["s"])
-        return trial.number, dataclasses.replace(self.base, recipe={**self.base.recipe, self.lr_param: params["lr"]})
+            return trial.number, dataclasses.replace(base, s=params["s"])
+        return trial.number, dataclasses.replace(base, recipe={**base.recipe, self.lr_param: params["lr"]})
 
     def _params(self, trial: optuna.Trial) -> dict[str, Any]:
         derived = self.space(trial) or {}  # samples first: trial.params is empty until it has run
@@ -227,7 +239,8 @@ class CellStudy:
         study = optuna.create_study(direction="minimize", sampler=sampler)
         study.add_trials(trials)
         base = state["base"]  # a sweep started before trials were typed saved its base trial as a dict
-        self.__dict__.update({**state, "study": study,
+        # a sweep started before per-trial seeds existed trained every trial from the sweep's seed
+        self.__dict__.update({"trial_seeds": False, **state, "study": study,
                               "base": base if isinstance(base, TrialConfig) else TrialConfig.from_params(base)})
 
     def tried(self, besides: int = -1) -> set[int]:
