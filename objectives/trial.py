@@ -46,7 +46,8 @@ from .noise import Noise
 OBJECTIVES = ("train", "simulate")
 DEFAULT_VAL_TOKENS = 65_536
 _COMMON = ("budget_flops", "r", "s", "template", "batch_tokens", "seed", "objective", "branch_budgets")
-_UNLESS_SET = ("branch_budgets", "law", "testing", "order_seed")  # in the params only when set: old sweeps' dicts lack them
+# in the params only when set: old sweeps' dicts lack them
+_UNLESS_SET = ("branch_budgets", "law", "testing", "order_seed")
 _BY_OBJECTIVE = {"train": ("data", "recipe", "device", "num_threads", "cache_dir", "val_tokens", "order_seed"),
                  "simulate": ("noise", "cell_noise", "misspec", "law", "testing")}
 _FLOATS = ("budget_flops", "s", "noise", "cell_noise", "misspec")  # JSON and Tune's state keep 1e12 as 1000000000000
