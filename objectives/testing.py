@@ -6,7 +6,8 @@ A spec sets them in a ``[testing]`` table, which is refused unless the environme
 spec hash. The trial config carries them under one key, ``testing``:
 
 * ``delay_s``: seconds the trial sleeps before it returns, so that trials overlap and a driver can be killed
-  while some are running, as with real training.
+  while some are running, as with real training; with ``delay_power`` p, ``delay_s * s**p`` for the trial's
+  width s: p = 1 and p = -1 make the same trials finish in opposite orders (wide trials last or first).
 * ``journal``: a JSONL file; every execution appends ``{"event": "start" | "end", "budget_flops", "r", "s",
   "pid", "time"}`` (one ``write`` of one line with O_APPEND, so concurrent trials on one machine do not
   interleave). It counts how often each trial really ran.
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
-KEYS = ("delay_s", "journal", "rendezvous", "hold", "faults", "fill_disk")
+KEYS = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "faults", "fill_disk")
 ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
 MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
@@ -67,6 +68,8 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     delay_s, journal = table.get("delay_s", 0.0), table.get("journal")
     rendezvous, faults = table.get("rendezvous", 0), table.get("faults", {})
     require(_number(delay_s) and 0 <= delay_s < math.inf, f"[testing] delay_s must be >= 0 seconds, got {delay_s!r}")
+    power = table.get("delay_power", 0.0)
+    require(_number(power) and abs(power) <= 4, f"[testing] delay_power must be a number in [-4, 4], got {power!r}")
     require(journal is None or isinstance(journal, str), f"[testing] journal must be a path, got {journal!r}")
     require(isinstance(rendezvous, int) and not isinstance(rendezvous, bool) and rendezvous >= 0,
              f"[testing] rendezvous must be >= 0 trials, got {rendezvous!r}")
@@ -76,7 +79,7 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     fill_disk, hold = table.get("fill_disk"), table.get("hold")
     require(fill_disk is None or isinstance(fill_disk, str), f"[testing] fill_disk must be a path, got {fill_disk!r}")
     require(hold is None or isinstance(hold, str), f"[testing] hold must be a path, got {hold!r}")
-    aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
+    aids: dict[str, Any] = {"delay_s": float(delay_s), "delay_power": float(power), "rendezvous": rendezvous,
                             "faults": _parse_faults(faults, widths, journal is not None)}
     for key, path in (("journal", journal), ("hold", hold), ("fill_disk", fill_disk)):
         if path is not None:
@@ -124,7 +127,7 @@ def before_trial(trial: TrialConfig) -> str:
     _rendezvous(aids)
     _hold(aids)
     fault = _fault(trial, aids, earlier)
-    time.sleep(float(aids.get("delay_s", 0.0)))
+    time.sleep(float(aids.get("delay_s", 0.0)) * trial.s ** float(aids.get("delay_power", 0.0)))
     return fault
 
 

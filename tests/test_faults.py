@@ -111,6 +111,7 @@ def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
     ({"C=1e+12,r=1/s=2": "segfault"}, {}, "is not a fault"),
     ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[testing\\] journal"),
     ({}, {"delay_s": -1}, "delay_s must be >= 0"),
+    ({}, {"delay_power": 9}, "delay_power must be a number in \\[-4, 4\\], got 9"),
     ({}, {"rendezvous": 2}, "rendezvous needs \\[testing\\] journal"),
     ({}, {"rendezvous": -1, "journal": "j.jsonl"}, "rendezvous must be >= 0 trials"),
     ({}, {"fill_disk": 3}, "fill_disk must be a path"),

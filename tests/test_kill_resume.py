@@ -16,8 +16,10 @@ journal (objectives/testing.py), which counts how often each trial really ran. A
   finished sweep again does nothing.
 
 With the law sampler (one surrogate fitted across all cells, pickled with the searcher) the same holds: its
-proposals depend on the order results arrive, so that sweep runs one trial at a time, which fixes the order;
-a resumed sweep must then continue the very surrogate it had, or its trials would differ.
+proposals depend on the order results arrive, so that sweep proposes in rounds (``rounds = true``, two trials at
+a time; tests/test_rounds_ray.py shows the order cannot matter then), and a round's results held when a kill
+lands must reach the restored surrogate as they would have; a resumed sweep must continue the very surrogate it
+had, or its trials would differ.
 
 The extra seeds run on demand: ``LOOPSCALE_KILL_SEEDS=0,1,2,3 pytest tests/test_kill_resume.py``.
 
@@ -69,14 +71,15 @@ COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "N_once", "N_rec
 
 def write_sweep(folder: Path, sampler: str = "grid") -> SweepSpec:
     """6 cells x 4 widths (the law sampler: at most, with warmdown branches and information as the paper
-    preset), each trial ~0.5 s, so that kills land while trials run."""
+    preset, in rounds), each trial ~0.5 s, so that kills land while trials run."""
     folder.mkdir()
     # (the law sampler's budgets closer together: at 1e12 every optimum sits at the narrowest width, out of reach
     # of a 1e13 trial's branches)
-    law = {"branches": True, "information": 1, "budgets": [3e12, 1e13]} if sampler == "law" else {"budgets": [1e12, 1e13]}
+    law = ({"branches": True, "information": 1, "budgets": [3e12, 1e13], "rounds": True} if sampler == "law" else
+           {"budgets": [1e12, 1e13]})
     spec = base_spec(folder, recurrences=[1, 2, 4], sampler=sampler, trials_per_cell=4, **law,
                      testing={"delay_s": 0.5, "journal": str(folder / "journal.jsonl")},
-                     resources={"max_concurrent": 1} if sampler == "law" else {})
+                     resources={"max_concurrent": 2})
     (folder / "spec.toml").write_text(to_toml(spec))
     return SweepSpec.from_toml(folder / "spec.toml")
 
