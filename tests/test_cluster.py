@@ -113,16 +113,48 @@ def blind_cluster(monkeypatch, tmp_path):
     temp = tempfile.mkdtemp(prefix="lsb", dir="/tmp")
     monkeypatch.setenv("RAY_TMPDIR", temp)
     cluster = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 0})
-    worker = subprocess.Popen(
-        ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none "$1" && shift && exec "$@"', "sh", str(hidden),
-         sys.executable, "-m", "ray.scripts.scripts", "start", "--address", cluster.address, "--num-cpus", "1",
-         "--block"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = BlindNode(cluster.address, hidden, tmp_path / "worker.log")
     try:
-        yield cluster, hidden
+        yield cluster, hidden, worker
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
+        worker.stop()
         _shut_down(cluster, temp)
+
+
+class BlindNode:
+    """The worker node's ``ray start --block`` in its own mount namespace. Ray gives a starting node 30 s to
+    register with the head (a constant in ray/_private/node.py) and exits if it has not: on a loaded machine
+    that happens, so a node that ended before it joined is started again, its output kept for the failure."""
+
+    STARTS = 3
+
+    def __init__(self, address: str, hidden: Path, log: Path):
+        self.command = ["unshare", "--mount", "sh", "-c", 'mount -t tmpfs none "$1" && shift && exec "$@"', "sh",
+                        str(hidden), sys.executable, "-m", "ray.scripts.scripts", "start", "--address", address,
+                        "--num-cpus", "1", "--block"]
+        self.log, self.starts = log, 0
+        self._start()
+
+    def _start(self) -> None:
+        with open(self.log, "a") as out:
+            self.process = subprocess.Popen(self.command, start_new_session=True, stdout=out,
+                                            stderr=subprocess.STDOUT)
+        self.starts += 1
+
+    def joined(self, ray) -> dict:
+        """The node once it is alive in the cluster; restarted if its start-up ended it first."""
+        while True:
+            alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+            if alive:
+                return alive[0]
+            if self.process.poll() is not None:
+                assert self.starts < self.STARTS, f"the worker node never joined:\n{self.log.read_text()[-3000:]}"
+                self._start()
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(timeout=60)
 
 
 def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(tmp_path, blind_cluster):
@@ -130,7 +162,7 @@ def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(t
     (``py_modules``): the node cannot see the file, and the sweep's training trials run there all the same."""
     import ray
 
-    cluster, hidden = blind_cluster
+    cluster, hidden, node = blind_cluster
     shutil.copy(Path(__file__).parent / "fixtures" / "tiny_loop.py", hidden / "tiny_loop.py")
     path = write_spec(tmp_path, objective="train", budgets=[2e9], recurrences=[2], trials_per_cell=2,
                       sampler="grid", val_tokens=2048, data={"source": "kjv"}, widths={"s_min": 1, "s_max": 2},
@@ -138,12 +170,7 @@ def test_a_worker_node_without_the_architecture_file_trains_it_from_ray_s_copy(t
     spec = SweepSpec.from_toml(path)
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     try:
-        for _ in range(120):  # the worker node joins once its raylet is up
-            workers = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
-            if workers:
-                break
-            time.sleep(1)
-        (worker,) = workers
+        worker = node.joined(ray)
 
         @ray.remote(num_cpus=1)
         def sees(file: str) -> bool:
