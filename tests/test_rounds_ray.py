@@ -5,8 +5,9 @@ The paper preset replayed on 6 cells (two budgets x r in {1, 2, 4}, warmdown bra
 sampler's proposals do depend on that order (tests/test_law_sampler.py drives the same design through the
 searcher alone). Two sweeps of one spec, each trial sleeping a time that grows with its width in the first and
 shrinks with it in the second (``[testing] delay_power``), so the trials finish in other orders: in rounds both
-propose the same trials and fit the same law. Without rounds the same two sweeps propose other trials (measured
-in docs/log.md, 2026-12-06 (18); not asserted here, since it rests on how Tune's loop meets the timing).
+propose the same trials and fit the same law. Without rounds they may propose other trials, as they did in one of
+two pairs run by hand (docs/log.md, 2026-12-06 (18)); not asserted here: it rests on how Tune's loop meets the
+timing.
 """
 
 from __future__ import annotations
