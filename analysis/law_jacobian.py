@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .fit_objective import law_log_loss
 from .options import THETA
 
 
 def log_loss(theta: np.ndarray, r, n_once, n_rec, log_d) -> np.ndarray:
-    """log L of the law at parameter sets theta (K, 6) in THETA order and runs (n,): (K, n)."""
-    a, alpha, b, beta, e, phi = (col[:, None] for col in theta.T)
-    n_eff = n_once + np.exp(phi * np.log(r)) * n_rec
-    terms = np.stack(np.broadcast_arrays(a - alpha * np.log(n_eff), b - beta * log_d, e))
-    top = terms.max(axis=0)
-    return top + np.log(np.exp(terms - top).sum(axis=0))
+    """log L of the law at parameter sets theta (K, 6) in THETA order and runs (n,): (K, n), as the fit
+    computes it (``analysis.fit_objective.law_log_loss``)."""
+    return law_log_loss(theta, r, n_once, n_rec, log_d)[0]
 
 
 def log_loss_jacobian(theta: np.ndarray, r, n_once, n_rec, log_d, step: float = 1e-5) -> np.ndarray:
