@@ -1,6 +1,6 @@
 """The variable-projection fitter (analysis.projection) against the paper's 500-start fit (tests/multistart.py):
 the same optimum on simulated sweeps and the example runs tables; its exact non-negative least squares; the
-profile of the objective over phi (analysis.phi_profile)."""
+profile of the objective over phi that analyze computes (analysis.profile_interval) against the fits."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from loopscale.analysis import FitOptions, fit_joint_law, load_runs
 from loopscale.analysis.fit import joint_problem
 from loopscale.analysis.fit_types import CONSTANTS, constants_of
 from loopscale.analysis.optimize import minimize_batch
-from loopscale.analysis.phi_profile import profile_objective
+from loopscale.analysis.profile_interval import profile_phi, theta_of
 from loopscale.analysis.projection import exponent_grid, local_minima, nonnegative_least_squares
 from multistart import multistart_fit
 from test_analysis_sim import paper_runs
@@ -80,23 +80,21 @@ def test_nonnegative_least_squares_is_exact():
 
 
 def test_the_profile_over_phi_meets_the_fits():
+    """The profile analyze computes (its fits warm from the joint optimum and from their neighbours), with no fit
+    handed to it: its lowest point is the joint fit, its point at phi = 1 the fit with phi held at 1, nowhere
+    below the joint fit, falling to it and rising after."""
     runs = paper_runs(noise=0.01)
     options = FitOptions(n_bootstrap=0, stage=None)
     fit = fit_joint_law(runs, options=options)
     held = fit_joint_law(runs, options=options, fix_phi=1.0)
     problem, _ = joint_problem(runs, options)
-    grid = np.linspace(-0.5, 1.5, 9)
-    profile = profile_objective(problem.data, options, np.r_[grid, fit.phi, 1.0])
-    assert profile[-2] == pytest.approx(fit.huber, rel=1e-9)
-    assert profile[-1] == pytest.approx(held.huber, rel=1e-9)
-    assert (profile >= fit.huber * (1 - 1e-12)).all()
-    assert (np.diff(profile[:9][grid <= fit.phi]) < 0).all() and (np.diff(profile[:9][grid >= fit.phi]) > 0).all()
-
-
-def test_a_profile_phi_outside_the_bounds_is_one_value_error():
-    problem, _ = joint_problem(paper_runs(), FitOptions(stage=None))
-    with pytest.raises(ValueError, match=r"^phi 3.5 is outside the fit's bounds on phi, -3 to 3$"):
-        profile_objective(problem.data, FitOptions(), [0.5, 3.5])
+    profile = profile_phi(problem.data, theta_of(fit), fit.huber, options)
+    assert profile.best == pytest.approx(fit.phi, abs=1e-9)
+    assert profile.f.min() == pytest.approx(fit.huber, rel=1e-9)
+    assert profile.f[np.isclose(profile.values, 1.0, rtol=0, atol=1e-12)][0] == pytest.approx(held.huber, rel=1e-9)
+    assert (profile.f >= fit.huber * (1 - 1e-12)).all()
+    below, above = profile.values <= fit.phi, profile.values >= fit.phi
+    assert (np.diff(profile.f[below]) <= 0).all() and (np.diff(profile.f[above]) >= 0).all()
 
 
 def test_the_batched_optimiser_takes_bounds_per_problem():
