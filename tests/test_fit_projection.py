@@ -94,7 +94,7 @@ def test_the_profile_over_phi_meets_the_fits():
     assert profile.f[np.isclose(profile.values, 1.0, rtol=0, atol=1e-12)][0] == pytest.approx(held.huber, rel=1e-9)
     assert (profile.f >= fit.huber * (1 - 1e-12)).all()
     below, above = profile.values <= fit.phi, profile.values >= fit.phi
-    assert (np.diff(profile.f[below]) <= 0).all() and (np.diff(profile.f[above]) >= 0).all()
+    assert (np.diff(profile.f[below]) < 0).all() and (np.diff(profile.f[above]) > 0).all()
 
 
 def test_the_batched_optimiser_takes_bounds_per_problem():
