@@ -1,5 +1,7 @@
-"""Test aids of the simulated trial: they exercise the search machinery (scheduling, crashes, retries,
-concurrent logging) with real processes and no mocks, and never change the loss of a trial that completes.
+"""Test aids of a trial: they exercise the search machinery (scheduling, crashes, retries, concurrent logging)
+with real processes and no mocks, and never change the loss of a trial that completes. A simulated trial takes
+all of them; a trained one the aids of timing alone (``TIMING``: delay, journal, rendezvous, hold), which leave
+its training untouched, so that a test can make real training trials overlap or finish in an order it chooses.
 
 A spec sets them in a ``[testing]`` table, which is refused unless the environment says ``LOOPSCALE_TESTING=1``
 (the test suite and its benchmarks set it): a production spec cannot trip them, and they are not part of the
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 TESTING_ENV = "LOOPSCALE_TESTING"
 KEYS = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "faults", "fill_disk")
+TIMING = ("delay_s", "delay_power", "journal", "rendezvous", "hold")  # the aids of a trained trial
 ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
 MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
@@ -64,7 +67,9 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     for key in table:
         require(key in KEYS, f"unknown key {key!r} in [testing]{did_you_mean(key, KEYS)}; "
                              f"known keys: {', '.join(KEYS)}")
-    require(objective == "simulate", "[testing] aids apply to the simulated objective only")
+    beyond = [k for k in table if k not in TIMING and table[k] != {}]  # an empty faults table asks for none
+    require(objective == "simulate" or not beyond, f"[testing] {', '.join(beyond)} apply to the simulated "
+                                                    f"objective only; a trained trial takes {', '.join(TIMING)}")
     delay_s, journal = table.get("delay_s", 0.0), table.get("journal")
     rendezvous, faults = table.get("rendezvous", 0), table.get("faults", {})
     require(_number(delay_s) and 0 <= delay_s < math.inf, f"[testing] delay_s must be >= 0 seconds, got {delay_s!r}")

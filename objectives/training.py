@@ -76,6 +76,7 @@ from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
 from .checkpoint import Checkpointing, rng_state, set_rng_state
 from .kept import kept_bytes
+from .testing import after_trial, before_trial
 from .trial import TrialConfig, accounting_metrics, module_metrics
 
 Report = Callable[[dict[str, Any]], None]
@@ -100,6 +101,7 @@ def train(trial: TrialConfig, report: Report | None = None,
     ``checkpoint``, from its latest saved state where it has one, and saving one every ``period_s`` seconds
     (objectives/checkpoint.py); with ``keep``, hand it the trained model's file (objectives/kept.py) once the
     trial ends "ok", before returning (so a trial's receipt, written after, implies its model is saved)."""
+    before_trial(trial)  # the test aids of timing (objectives/testing.py), outside the trial's wall time
     started = time.perf_counter()
     config = trial.model_config
     recipe = normalize_recipe(trial.recipe)
@@ -148,7 +150,7 @@ def train(trial: TrialConfig, report: Report | None = None,
         keep(kept_bytes(model, trial))
     peak = device_peak_flops(device) * group.world
     bytes_per_token = packed.meta["bytes_per_token"]
-    return {
+    result = {
         **plan,
         "tokens": tokens, "steps": steps_done, "flops_spent": flops_spent,
         "val_loss": val_loss,
@@ -165,6 +167,8 @@ def train(trial: TrialConfig, report: Report | None = None,
         **outcome["resumed"],
         **measured,
     }
+    after_trial(trial)
+    return result
 
 
 class _TrainLoop:

@@ -16,9 +16,11 @@ dict MLflow logs as the run's params: ``to_params`` and ``from_params`` turn it 
     objective     str     "train" | "simulate"
     branch_budgets list   smaller budgets the law sampler chose for this trial's warmdown branches, beyond the
                           recipe's (objectives/branches.py); in the params only when there are some
-    law, noise, cell_noise, misspec, testing
+    law, noise, cell_noise, misspec
                           simulate only: JointLaw fields (None: the paper's fit), the deviations in nats
-                          (objectives.noise) and the test aids (objectives.testing)
+                          (objectives.noise)
+    testing       dict    the test aids (objectives/testing.py: all of them when simulated, those of timing when
+                          trained); in the params only when set
     data, recipe, device, num_threads, cache_dir, val_tokens
                           train only (see objectives.train)
     order_seed    int     train only: the trial's own batch order (objectives/data/batches.py); in the params
@@ -48,7 +50,8 @@ DEFAULT_VAL_TOKENS = 65_536
 _COMMON = ("budget_flops", "r", "s", "template", "batch_tokens", "seed", "objective", "branch_budgets")
 # in the params only when set: old sweeps' dicts lack them
 _UNLESS_SET = ("branch_budgets", "law", "testing", "order_seed")
-_BY_OBJECTIVE = {"train": ("data", "recipe", "device", "num_threads", "cache_dir", "val_tokens", "order_seed"),
+_BY_OBJECTIVE = {"train": ("data", "recipe", "device", "num_threads", "cache_dir", "val_tokens", "order_seed",
+                           "testing"),
                  "simulate": ("noise", "cell_noise", "misspec", "law", "testing")}
 _FLOATS = ("budget_flops", "s", "noise", "cell_noise", "misspec")  # JSON and Tune's state keep 1e12 as 1000000000000
 _INTS = ("r", "batch_tokens", "seed", "num_threads", "val_tokens", "order_seed")

@@ -146,9 +146,6 @@ class SweepSpec:
         grid = Grid.parse(t, Path(source).parent if Path(source).is_file() else Path.cwd())
         simulation = Simulation.parse(t)
         sampling = Sampling.parse(t)
-        require(sampling.seeds == "shared" or objective == "train",
-                f"seeds = {sampling.seeds!r} draws a trained trial's initialisation and batch order per trial; a "
-                "simulated trial's noise is drawn per trial already: leave seeds out")
         resources = Placement.parse_resources(t)
         uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
         training = Training.parse(t, raw, uses_data, grid.template)
@@ -209,7 +206,10 @@ class SweepSpec:
                                       recipe=dict(recipe if recipe is not None else training.recipe),
                                       device="cuda" if place.gpus_per_trial > 0 else "cpu",
                                       num_threads=max(1, int(place.cpus_per_trial)), cache_dir=place.cache_dir,
-                                      val_tokens=training.val_tokens)
+                                      val_tokens=training.val_tokens,
+                                      # a simulated spec's aids are not for its calibration's trained trials
+                                      testing=(testing.trial_aids(self.testing, cell.key) or None
+                                               if self.objective == "train" else None))
 
     def resources(self, stage: str) -> dict[str, float]:
         """Ray resources of one trial's worker; a simulated trial needs one CPU whatever the spec asks of

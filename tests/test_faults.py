@@ -126,7 +126,7 @@ def test_fault_tables_are_checked_before_anything_runs(tmp_path, faults, testing
 
 def test_a_production_spec_cannot_trip_the_aids_and_they_leave_the_hash_alone(tmp_path, monkeypatch, capsys):
     """Without LOOPSCALE_TESTING=1 a [testing] table is refused in one line; with it, the sweep's design and hash
-    are those of the same spec without the table, and only simulated trial configs carry the aids."""
+    are those of the same spec without the table, and the trial configs carry the aids."""
     aided = write_fault_spec(tmp_path, {"C=1e+12,r=1/s=2": "raise"}, "aided.toml", budgets=[1e12],
                              recurrences=[1], testing={"delay_s": 0.5})
     plain = SweepSpec.from_toml(write_fault_spec(tmp_path, {}, "plain.toml", budgets=[1e12], recurrences=[1]))
@@ -142,6 +142,21 @@ def test_a_production_spec_cannot_trip_the_aids_and_they_leave_the_hash_alone(tm
     assert main(["search", str(aided)]) == 2  # the command line: exit 2, that line, nothing written
     assert "[testing] is for loopscale's own tests" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aided.toml", "plain.toml"]
+
+
+def test_a_trained_trial_takes_the_aids_of_timing_alone(tmp_path):
+    """A training spec's trials carry delay, journal, rendezvous and hold; faults and fill_disk, which would change
+    or end a trained trial, are refused in one line before anything is written."""
+    train = {"objective": "train", "budgets": [4e9], "recurrences": [1], "data": {"source": "kjv"}}
+    timed = SweepSpec.from_toml(write_fault_spec(tmp_path, {}, "timed.toml", **train,
+                                                 testing={"delay_s": 0.5, "delay_power": -1.0, "hold": "h"}))
+    (cell,) = timed.cells()
+    assert timed.trial_config(cell, 2.0).testing == {"delay_s": 0.5, "delay_power": -1.0,
+                                                      "hold": str(Path("h").absolute())}
+    with pytest.raises(ValueError, match=r"\[testing\] faults apply to the simulated objective only; a trained "
+                                         r"trial takes delay_s, delay_power, journal, rendezvous, hold$"):
+        SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=4e+09,r=1/s=2": "raise"}, "faulty.toml", **train))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["faulty.toml", "timed.toml"]
 
 
 def test_a_receipt_returns_the_result_only_for_the_same_trial(tmp_path):

@@ -1,13 +1,14 @@
 """Proposing in rounds (``rounds = true``) under real Ray and Tune: a sweep's trials, and so its phi, do not
-depend on the order its trials finish in.
+depend on the order its trials finish in, with real training, whose durations vary from machine to machine.
 
-The paper preset replayed on 6 cells (two budgets x r in {1, 2, 4}, warmdown branches) on 3 slots, where the law
-sampler's proposals do depend on that order (tests/test_law_sampler.py drives the same design through the
-searcher alone). Two sweeps of one spec, each trial sleeping a time that grows with its width in the first and
-shrinks with it in the second (``[testing] delay_power``), so the trials finish in other orders: in rounds both
-propose the same trials and fit the same law. Without rounds they may propose other trials, as they did in one of
-two pairs run by hand (docs/log.md, 2026-12-06 (18)); not asserted here: it rests on how Tune's loop meets the
-timing.
+A tiny training sweep (models of one to six heads on the bundled text, one thread per trial, so a trial trains
+bit-identically however loaded the machine) with the law sampler on 3 slots, where the
+sampler's proposals do depend on that order (tests/test_law_sampler.py drives such a design through the searcher
+alone). Two sweeps of one spec, each trial sleeping, before it trains, a time that grows with its width in the
+first and shrinks with it in the second (``[testing] delay_power``), so that the trials finish in other orders:
+in rounds both propose the same trials and train them to the same losses. Without rounds they may propose other
+trials, as a pair of simulated paper-preset sweeps did in one of two pairs run by hand (docs/log.md, 2026-12-06
+(18)); not asserted here: it rests on how Tune's loop meets the timing.
 """
 
 from __future__ import annotations
@@ -18,22 +19,26 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
-from loopscale.analysis import FitOptions, analyze, load_runs
+from loopscale.analysis import load_runs
 from loopscale.search import SweepSpec
 from loopscale.search.tune.driver import run_search
+from test_spec import base_spec, to_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("testing_aids")]
-COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "tokens", "flops_spent", "val_loss"]
+COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "tokens", "flops_spent", "val_loss", "branch_of"]
 
 
-def paper_in_rounds(folder, delay_s: float, power: float) -> SweepSpec:
-    """The paper preset simulated on its two cheapest budgets with r in {1, 2, 4}, 3 trials at a time, in rounds,
-    without its validation rung; a trial sleeps ``delay_s * s**power`` seconds (s from 4 to 48)."""
-    sets = ("budgets=[4.64e17, 1e18]", "recurrences=[1, 2, 4]", "validate.budgets=[]", "rounds=true",
-            "resources.max_concurrent=3",
-            f"testing.delay_s={delay_s}", f"testing.delay_power={power}", f'storage="{folder}/tune"',
-            f'cache_dir="{folder}/cache"')
-    return SweepSpec.from_toml("paper", sets, objective="simulate", tracking_uri=f"sqlite:///{folder}/mlflow.db")
+def trained_in_rounds(folder, delay_s: float, power: float) -> SweepSpec:
+    """Budgets 2e9 and 4e9 x r in {1, 2}, widths of 8 to 48 (heads of 8), the law sampler, in rounds of 3 trials;
+    a trial sleeps ``delay_s * s**power`` seconds before it trains. The data cache is the parent folder's, so the
+    second sweep reads the tokenized text the first prepared."""
+    folder.mkdir()
+    (folder / "spec.toml").write_text(to_toml(base_spec(
+        folder, cache_dir=str(folder.parent / "cache"), objective="train", budgets=[2e9, 4e9], recurrences=[1, 2],
+        trials_per_cell=3, sampler="law", rounds=True, val_tokens=2048, data={"source": "kjv"},
+        recipe={"log_every": 4}, template={"width_unit": 8, "head_dim": 8}, widths={"s_min": 1, "s_max": 6},
+        resources={"max_concurrent": 3}, testing={"delay_s": delay_s, "delay_power": power})))
+    return SweepSpec.from_toml(folder / "spec.toml")
 
 
 def finish_order(spec: SweepSpec) -> list[str]:
@@ -44,10 +49,10 @@ def finish_order(spec: SweepSpec) -> list[str]:
     return [r.data.tags["trial_key"] for r in sorted(runs, key=lambda r: r.info.end_time)]
 
 
-def test_in_rounds_trials_finishing_in_opposite_orders_give_the_same_sweep(tmp_path):
+def test_in_rounds_trained_trials_finishing_in_opposite_orders_give_the_same_sweep(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    wide_last = paper_in_rounds(tmp_path / "wide_last", 0.025, 1.0)
-    wide_first = paper_in_rounds(tmp_path / "wide_first", 5.0, -1.0)
+    wide_last = trained_in_rounds(tmp_path / "wide_last", 1.5, 1.0)
+    wide_first = trained_in_rounds(tmp_path / "wide_first", 6.0, -1.0)
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         for spec in (wide_last, wide_first):
@@ -56,10 +61,8 @@ def test_in_rounds_trials_finishing_in_opposite_orders_give_the_same_sweep(tmp_p
         ray.shutdown()
     orders = [finish_order(s) for s in (wide_last, wide_first)]
     assert sorted(orders[0]) == sorted(orders[1]) and orders[0] != orders[1]  # other orders, the same trials
-    tables = [load_runs(s.name, s.placement.tracking_uri).sort_values(["cell", "s"], ignore_index=True)
+    tables = [load_runs(s.name, s.placement.tracking_uri).sort_values(["cell", "s", "branch_of"], ignore_index=True)
               for s in (wide_last, wide_first)]
-    assert len(tables[0]) >= 13 and tables[0]["branch_of"].ne("").any()  # trials and their warmdown branches
-    pd.testing.assert_frame_equal(tables[0][COMPARED], tables[1][COMPARED])
-    options = FitOptions(n_starts=20, n_bootstrap=0)
-    fits = [analyze(t, name="paper", options=options).suite.joint for t in tables]
-    assert fits[0].phi == fits[1].phi and fits[0].phi_profile_ci == fits[1].phi_profile_ci
+    trials = tables[0][tables[0]["branch_of"].eq("")]
+    assert len(trials) > 4 and trials["s"].nunique() > 1 and tables[0]["status"].eq("ok").all()
+    pd.testing.assert_frame_equal(tables[0][COMPARED], tables[1][COMPARED])  # the losses bit for bit
