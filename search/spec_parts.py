@@ -190,7 +190,8 @@ class Sampling:
     common random numbers, so two widths of a cell differ by their width alone, but the seed's own effect on the
     loss is one draw for the whole sweep, which no resampling of its trials can see. ``"per_trial"`` gives each
     trial its own seed for both (``search/tune/studies.trial_seed``), so that effect becomes trial noise the
-    interval on phi measures.
+    interval on phi measures. A simulated trial draws its noise per trial whichever is set (the demo preset,
+    whose trials take seeds per trial, replays with ``--objective simulate`` as it would without).
     """
 
     sampler: str

@@ -3,8 +3,9 @@ of specs with the optional keys set, is the one recorded in tests/fixtures/spec_
 code that started those sweeps), and a finished sweep's real state folder (tests/fixtures/smoke-sweep.tar.gz:
 ``loopscale search smoke --objective simulate``) resumes as complete, with no run added.
 
-The smoke preset changed (its own vocabulary and law); the cases built on it before are kept on a copy of the
-earlier file (tests/fixtures/smoke-v1.toml), so the hashes of sweeps started from it stay pinned."""
+The smoke preset changed (its own vocabulary and law), and so did the demo (a seed per trial); the cases built on
+them before are kept on copies of the earlier files (tests/fixtures/smoke-v1.toml, demo-v1.toml), so the hashes of
+sweeps started from them stay pinned."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ from loopscale.search import SweepSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SMOKE_V1 = str(FIXTURES / "smoke-v1.toml")
+DEMO_V1 = str(FIXTURES / "demo-v1.toml")
 LAW = "simulate.law={E = 1.5, A = 400.0, alpha = 0.3, B = 400.0, beta = 0.3, phi = 0.5}"
 # name -> (preset, --objective, --set items); the stores are set per test (they are not hashed)
 CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "smoke": (SMOKE_V1, None, ()),
-    "demo": ("demo", None, ()),
+    "demo": (DEMO_V1, None, ()),
     "paper": ("paper", None, ()),
     "smoke-simulate": (SMOKE_V1, "simulate", ()),
-    "demo-simulate": ("demo", "simulate", ()),
+    "demo-simulate": (DEMO_V1, "simulate", ()),
     "paper-simulate": ("paper", "simulate", ()),
     "smoke-train": (SMOKE_V1, "train", ()),
     "information": (SMOKE_V1, None, ("information=0.5",)),
@@ -52,7 +54,9 @@ CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "bpe": (SMOKE_V1, None, ("data.tokenizer=bpe", "calibrate.budget=5e10")),
     "smoke-preset": ("smoke", None, ()),
     "smoke-preset-simulate": ("smoke", "simulate", ()),
-    "demo-set": ("demo", None, ("trials_per_cell=2", "recipe.branch_budgets=[3e11]", "branches=true")),
+    "demo-set": (DEMO_V1, None, ("trials_per_cell=2", "recipe.branch_budgets=[3e11]", "branches=true")),
+    "demo-preset": ("demo", None, ()),
+    "demo-preset-simulate": ("demo", "simulate", ()),
 }
 
 

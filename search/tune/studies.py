@@ -170,7 +170,10 @@ class CellStudy:
         for point in {"grid": grid, "random": []}.get(spec.sampling.sampler if surrogate is None else "random", guess):
             self.study.enqueue_trial(point)
         self.asked = 0
-        self.sweep_seed, self.trial_seeds = spec.sampling.seed, spec.sampling.seeds == "per_trial"
+        # a simulated trial's noise is its own already: only trained trials (a simulated spec's calibration's too)
+        # take seeds of their own
+        self.sweep_seed = spec.sampling.seed
+        self.trial_seeds = spec.sampling.seeds == "per_trial" and self.base.objective == "train"
         self.attach()
 
     def open(self) -> bool:
