@@ -12,7 +12,7 @@ journal (objectives/testing.py), which counts how often each trial really ran. A
   again afterwards;
 * the runs table and the whole analysis equal those of the uninterrupted sweep (the grid sampler makes the set
   of trials independent of timing; the simulated loss depends only on the trial);
-* the grid's Optuna studies continued across the kills (each holds its cell's trials, once), and running the
+* the Optuna studies continued across the kills (each holds its cell's trials, once), and running the
   finished sweep again does nothing.
 
 With the law sampler (one surrogate fitted across all cells, pickled with the searcher) the same holds: its
@@ -21,7 +21,9 @@ a time; tests/test_rounds_ray.py shows the order cannot matter then), and a roun
 lands must reach the restored surrogate as they would have; a resumed sweep must continue the very surrogate it
 had, or its trials would differ.
 
-The extra seeds run on demand: ``LOOPSCALE_KILL_SEEDS=0,1,2,3 pytest tests/test_kill_resume.py``.
+The suite runs the law sampler at seed 0; the grid sampler (whose trials the stop-and-resume tests of
+tests/test_interrupts.py already cover) and extra seeds run on demand:
+``LOOPSCALE_KILL_SAMPLERS=grid,law LOOPSCALE_KILL_SEEDS=0,1,2,3 pytest tests/test_kill_resume.py``.
 
 A second test kills a sweep of real training trials whose Tune state was never snapshotted after its start, so
 that every trial finished before the kill goes through Tune again on resume: none may train again (its receipt
@@ -64,6 +66,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures
 REPO = Path(__file__).resolve().parent.parent
 KILLS = 3
 SEEDS = [int(s) for s in os.environ.get("LOOPSCALE_KILL_SEEDS", "0").split(",")]
+SAMPLERS = os.environ.get("LOOPSCALE_KILL_SAMPLERS", "law").split(",")
 TRIAL_QUERY = "tags.`loopscale.kind` = 'trial'"
 COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "N_once", "N_rec", "tokens", "flops_spent",
             "val_loss", "status", "reason"]
@@ -191,7 +194,7 @@ def summary_text(analysis) -> str:
     return json.dumps({k: v for k, v in analysis.summary().items() if k != "seconds"}, sort_keys=True, default=str)
 
 
-@pytest.mark.parametrize("sampler", ["grid", "law"])
+@pytest.mark.parametrize("sampler", SAMPLERS)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(tmp_path, ray_dir, seed, sampler):
     reference = write_sweep(tmp_path / "uninterrupted", sampler)
@@ -254,8 +257,7 @@ def test_random_kills_and_resumes_lose_nothing_repeat_nothing_and_fit_the_same(t
     starts = sum(e["event"] == "start" for e in entries)
     print(f"seed {seed}: {starts} trial executions started for {len(planned)} trials "
           f"({starts - len(planned)} cut short by the kills and restarted)")
-    if sampler == "grid":
-        studies_continued(sweep, runs)
+    studies_continued(sweep, runs)
 
     # running the finished sweep again does nothing
     again = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", sweep.source, "--resume"],
