@@ -131,6 +131,8 @@ def likely_fixes(optima: pd.DataFrame) -> list[str]:
         elif "below the smallest" in reason:
             fixes.append(f"{cell}: the loss keeps falling toward the smallest width: its optimum lies outside the "
                          "widths tried: lower [widths] s_min or raise the high end of [widths] tokens_per_param")
+        elif row.status == "bound_limited":  # its reason names the edge and what moves it (analysis/isoflop.py)
+            fixes.append(f"{cell}: {reason}")
         elif row.status == "too_few_points":
             fixes.append(f"{cell}: {reason}: raise trials_per_cell or widen [widths]")
         else:

@@ -145,13 +145,26 @@ def _bound_limited(cell: pd.DataFrame, y: np.ndarray) -> dict[str, str]:
     if len(widths) != 1 or "s" not in cell:
         return {}
     lo, _, hi = widths.pop().partition("-")
-    best = float(cell["s"].to_numpy(float)[int(np.argmin(y))])
+    run = cell.iloc[int(np.argmin(y))]
+    best = float(run["s"])
     for edge, side, beyond in ((float(lo), "narrowest", "below"), (float(hi), "widest", "above")):
         if abs(best - edge) < 1e-9:
             return {"status": "bound_limited",
                     "reason": f"best run at s={best:g}, the {side} width the cell may try (s_min/s_max or the "
-                              f"tokens_per_param window); its optimum may lie {beyond}: widen [widths]"}
+                              f"tokens_per_param window); its optimum may lie {beyond}: {_edge_fix(side, run)}"}
     return {}
+
+
+def _edge_fix(side: str, run: pd.Series) -> str:
+    """What moves a bound-limited cell's edge: the widths' range, unless its best run is one head wide, the
+    narrowest model the template builds, which only a smaller head (and width unit) can undercut."""
+    if side == "widest":
+        return "raise [widths] s_max (or lower the low end of tokens_per_param)"
+    width, head_dim = run.get("width"), run.get("template.head_dim")
+    if pd.notna(width) and pd.notna(head_dim) and float(width) <= float(head_dim):
+        return (f"width {float(width):g} is one head, the narrowest model the template builds: a smaller "
+                "[template] head_dim and width_unit, not more trials")
+    return "lower [widths] s_min (or raise the high end of tokens_per_param)"
 
 
 def _vertex(coef: np.ndarray, center: float, lo: float, hi: float) -> np.ndarray:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from loopscale.analysis import cell_optima, fit_joint_law
+from loopscale.analysis.identify import likely_fixes
 from loopscale.analysis.runs import expand_branches
 from loopscale.model import PAPER_LAW
 from loopscale.objectives import TrialConfig, simulate
@@ -161,9 +162,27 @@ def test_analysis_flags_a_cell_whose_best_run_is_the_edge_of_its_widths_as_bound
     table = cell_optima(pd.DataFrame(rows), n_bootstrap=0).table  # the loss falls to the widest width
     assert list(table["status"]) == ["bound_limited"]
     assert f"best run at s={cell.widths[-1]:g}, the widest width" in table["reason"][0]
+    assert table["reason"][0].endswith("raise [widths] s_max (or lower the low end of tokens_per_param)")
     assert g.heads[-1] == round(cell.widths[-1] * spec.grid.width_unit / spec.grid.head_dim)
     unrecorded = cell_optima(pd.DataFrame(rows).drop(columns="cell_widths"), n_bootstrap=0).table
     assert list(unrecorded["status"]) == ["no_interior_minimum"]  # without the range, no claim about bounds
+
+
+def test_a_cell_best_at_its_narrowest_width_names_what_moves_that_edge(spec):
+    """One head wide, only a smaller head makes a narrower model (more trials cannot); wider, a lower s_min."""
+    cell = spec.cells()[0]
+    rows = pd.DataFrame([{**simulate(spec.trial_config(cell, s)), "val_loss": 3.0 + 0.01 * i, "stage": "search",
+                          "cell_widths": f"{cell.widths[0]:g}-{cell.widths[-1]:g}"}
+                         for i, s in enumerate(cell.widths[:3])])  # the loss rises from the narrowest width
+    narrowest = rows["width"][0]
+    for head_dim, fix in ((narrowest, f"width {narrowest:g} is one head, the narrowest model the template builds: "
+                                      "a smaller [template] head_dim and width_unit, not more trials"),
+                          (narrowest / 2, "lower [widths] s_min (or raise the high end of tokens_per_param)")):
+        table = cell_optima(rows.assign(**{"template.head_dim": head_dim}), n_bootstrap=0).table
+        assert list(table["status"]) == ["bound_limited"]
+        assert table["reason"][0].startswith(f"best run at s={cell.widths[0]:g}, the narrowest width")
+        assert table["reason"][0].endswith(fix)
+        assert likely_fixes(table) == [f"r={cell.r} C={cell.budget:.3g}: {table['reason'][0]}"]
 
 
 def test_a_trial_branches_into_a_smaller_open_cell_whose_optimum_its_width_is_near(branched):
