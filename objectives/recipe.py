@@ -1,4 +1,5 @@
-"""The training recipe: optimizers with per-group learning rates, the schedule, and learning-rate transfer.
+"""The training recipe: its settings, per-group learning rates, the schedule, and learning-rate transfer (the
+optimizers it names are built in objectives/optimizers.py).
 
 Defaults follow Schwethelm et al. 2026 (docs/paper.md, "The training recipe") where the paper states them, with the
 matrix learning rate re-measured for the CPU-sized models (note below)::
@@ -50,28 +51,26 @@ that calibrates ``base_lr`` overrides it.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
-import torch
-
 from loopscale.model import LoopedConfig, tokens_for_budget
-from loopscale.model.architecture import param_groups
 
 from .lr_rules import REF_BATCH, transfer_factors
-from .muonh import MuonH
 from .trial import TrialConfig
 
 from .checks import did_you_mean
 
-HAS_MUON = hasattr(torch.optim, "Muon")
 OPTIMIZERS = ("muonh", "muon", "adamw")
 SCHEDULES = ("paper", "cosine", "wsd")
 DEFAULT_BASE_LR = {"muonh": 0.014, "muon": 0.04, "adamw": 0.004}
 DEFAULT_WARMUP = {"paper": 0.0, "cosine": 0.05, "wsd": 0.0}
 
+# torch is imported only to build optimizers (objectives/optimizers.py) or to resolve the default optimizer, so
+# that a simulated trial, which reads the schedule alone, starts without it
 RECIPE_DEFAULTS: dict[str, Any] = {
-    "optimizer": "muon" if HAS_MUON else "adamw",
+    "optimizer": None,  # "muon" where the installed torch has torch.optim.Muon, else "adamw" (default_optimizer)
     "lr": None,
     "base_lr": None,
     "ref_batch": REF_BATCH,
@@ -116,9 +115,12 @@ def validate_recipe(recipe: dict[str, Any]) -> None:
                              f"allowed: {', '.join(RECIPE_DEFAULTS)}")
         if key in _NUMBERS:
             _check_number(key, value)
-    _check_choice("optimizer", recipe.get("optimizer", RECIPE_DEFAULTS["optimizer"]), OPTIMIZERS)
+    if "optimizer" in recipe:
+        _check_choice("optimizer", recipe["optimizer"], OPTIMIZERS)
     _check_choice("schedule", recipe.get("schedule", "paper"), SCHEDULES)
-    if recipe.get("optimizer") == "muon" and not HAS_MUON:
+    if recipe.get("optimizer") == "muon" and not has_muon():
+        import torch
+
         raise ValueError(f"recipe.optimizer 'muon' needs torch.optim.Muon, which torch {torch.__version__} "
                          f"lacks; use 'adamw'")
     betas = recipe.get("betas", RECIPE_DEFAULTS["betas"])
@@ -143,6 +145,8 @@ def normalize_recipe(recipe: dict[str, Any] | None) -> dict[str, Any]:
     recipe = dict(recipe or {})
     validate_recipe(recipe)
     full = {**RECIPE_DEFAULTS, **recipe}
+    if full["optimizer"] is None:
+        full["optimizer"] = default_optimizer()
     if full["base_lr"] is None:
         full["base_lr"] = DEFAULT_BASE_LR[full["optimizer"]]
     if full["warmup_frac"] is None:
@@ -150,6 +154,23 @@ def normalize_recipe(recipe: dict[str, Any] | None) -> dict[str, Any]:
     full["betas"] = tuple(full["betas"])
     full["branch_budgets"] = sorted(float(b) for b in full["branch_budgets"])
     return full
+
+
+def recipe_setting(recipe: dict[str, Any] | None, key: str) -> Any:
+    """One setting of a validated ``recipe``, or its default: what reads the schedule alone (a simulated
+    trial's warmdown) without resolving the optimizer, which needs torch."""
+    return (recipe or {}).get(key, RECIPE_DEFAULTS[key])
+
+
+@functools.cache
+def has_muon() -> bool:
+    import torch
+
+    return hasattr(torch.optim, "Muon")
+
+
+def default_optimizer() -> str:
+    return "muon" if has_muon() else "adamw"
 
 
 def group_lrs(recipe: dict[str, Any], template: dict[str, Any], config: LoopedConfig, tokens: int,
@@ -176,32 +197,6 @@ def trial_lrs(trial: TrialConfig) -> dict[str, float]:
     config = trial.model_config
     tokens = tokens_for_budget(config, trial.budget_flops, trial.batch_tokens)
     return group_lrs(normalize_recipe(trial.recipe), trial.template, config, tokens, trial.batch_tokens)
-
-
-def build_optimizers(model: torch.nn.Module, lrs: dict[str, float], recipe: dict[str, Any],
-                     vocab_size: int | None = None) -> list[torch.optim.Optimizer]:
-    """AdamW for embedding, LM head, norms and lane weights (and matrices with "adamw"); MuonH or Muon for the
-    matrices with "muonh" / "muon". ``lrs``: ``group_lrs``. The groups are the module's own
-    (``loopscale_param_groups``) or, given the model's ``vocab_size``, found by shape (model/architecture.py).
-
-    Every param group carries its peak rate as ``peak_lr``; ``set_lr`` scales from it.
-    """
-    groups = param_groups(model, vocab_size)  # the architecture's own, or by shape (model/architecture.py)
-    adamw_names = ["embedding", "lm_head", "norms", "lanes"] + (["matrices"] if recipe["optimizer"] == "adamw" else [])
-    adamw_groups = [{"params": groups[name], "lr": lrs[name], "peak_lr": lrs[name]}
-                    for name in adamw_names if groups[name]]
-    fused = next(model.parameters()).is_cuda  # fused kernels exist for CUDA; foreach is the CPU fast path
-    optimizers: list[torch.optim.Optimizer] = [torch.optim.AdamW(
-        adamw_groups, betas=recipe["betas"], eps=recipe["eps"], weight_decay=recipe["weight_decay"],
-        fused=fused or None, foreach=None if fused else True)]
-    matrices = [{"params": groups["matrices"], "lr": lrs["matrices"], "peak_lr": lrs["matrices"]}]
-    if recipe["optimizer"] == "muonh":  # no weight decay: a first-order no-op on MuonH's sphere
-        optimizers.append(MuonH(matrices, lr=lrs["matrices"], momentum=recipe["momentum"]))
-    elif recipe["optimizer"] == "muon":
-        optimizers.append(torch.optim.Muon(
-            matrices, lr=lrs["matrices"], weight_decay=recipe["weight_decay"], momentum=recipe["momentum"],
-            nesterov=True, ns_steps=recipe["ns_steps"]))
-    return optimizers
 
 
 def lr_multiplier(recipe: dict[str, Any], step: int, steps: int) -> float:
@@ -231,12 +226,6 @@ def lr_multiplier(recipe: dict[str, Any], step: int, steps: int) -> float:
 def warmdown_start(recipe: dict[str, Any], steps: int) -> int:
     """First step of a wsd run's warmdown (``steps`` when it has none)."""
     return steps - round(recipe["warmdown_frac"] * steps)
-
-
-def set_lr(optimizers: list[torch.optim.Optimizer], multiplier: float) -> None:
-    for optimizer in optimizers:
-        for group in optimizer.param_groups:
-            group["lr"] = group["peak_lr"] * multiplier
 
 
 def _is_number(value: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from loopscale.model import PAPER_LAW, JointLaw
 
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
-from .recipe import normalize_recipe
+from .recipe import recipe_setting
 from .testing import after_trial, before_trial
 from .trial import TrialConfig, accounting_metrics
 
@@ -44,7 +44,7 @@ def simulate(trial: TrialConfig) -> dict[str, Any]:
                              run_budget=trial.budget_flops)
 
     loss = observe(metrics["tokens"], trial.budget_flops) if fault != "nan" else float("nan")
-    branches = branch_plan(branch_budgets(trial), normalize_recipe(trial.recipe)["warmdown_frac"], config,
+    branches = branch_plan(branch_budgets(trial), recipe_setting(trial.recipe, "warmdown_frac"), config,
                            trial.budget_flops, metrics["steps"], batch_tokens)
     for b in branches:
         b["val_loss"] = observe(b["steps"] * batch_tokens, b["budget_flops"])

@@ -72,7 +72,8 @@ from loopscale.model.depth import draw_depth
 from .data.batches import Batches, rows_per_batch
 from .data.cache import PackedData, default_cache_dir, open_packed, prepare_data
 from .peak import device_peak_flops
-from .recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, set_lr
+from .optimizers import build_optimizers, set_lr
+from .recipe import group_lrs, lr_multiplier, normalize_recipe
 from .branches import branch_budgets, branch_metrics, branch_plan, trial_flops
 from .checkpoint import Checkpointing, rng_state, set_rng_state
 from .kept import kept_bytes

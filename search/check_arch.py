@@ -27,7 +27,8 @@ from loopscale.model import account, tokens_for_budget
 from loopscale.model.architecture import build, param_groups
 from loopscale.model.measured import call_forward
 from loopscale.objectives import normalize_recipe
-from loopscale.objectives.recipe import build_optimizers, group_lrs
+from loopscale.objectives.optimizers import build_optimizers
+from loopscale.objectives.recipe import group_lrs
 
 from .spec import SweepSpec
 

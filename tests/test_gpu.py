@@ -12,7 +12,8 @@ import torch
 from loopscale.model import LoopedConfig, LoopedLM, runtime
 from loopscale.objectives import TrialConfig, train
 from loopscale.objectives.peak import device_peak_flops, peak_description
-from loopscale.objectives.recipe import build_optimizers, group_lrs, normalize_recipe
+from loopscale.objectives.optimizers import build_optimizers
+from loopscale.objectives.recipe import group_lrs, normalize_recipe
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")]

@@ -160,3 +160,19 @@ def test_the_studies_and_the_law_sampler_load_without_ray():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"importing {modules} imported Ray: {done.stdout.strip()[:300]}"
+
+
+def test_a_simulated_trial_runs_without_torch():
+    """A simulated trial (and its warmdown branches) reads the recipe's schedule alone: no torch, whose import
+    costs each Ray trial process about a second; training and building optimizers still import it."""
+    code = ("import sys\nfrom loopscale.objectives import TrialConfig, simulate\n"
+            "template = dict(depth=6, prelude=1, coda=1, width_unit=16, head_dim=16, seq_len=64, vocab_size=256)\n"
+            "trial = TrialConfig(budget_flops=1e12, r=2, s=2.0, template=template, batch_tokens=512,"
+            " objective='simulate', branch_budgets=(5e11,))\n"
+            "result = simulate(trial)\n"
+            "print(result['status'], 'branch0.val_loss' in result, 'torch' in sys.modules)\n"
+            "from loopscale.objectives.recipe import normalize_recipe\n"
+            "print(normalize_recipe({})['optimizer'] in ('muon', 'adamw'), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["ok True False", "True True"], done.stdout

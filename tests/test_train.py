@@ -13,7 +13,8 @@ from loopscale.objectives import (METRIC_KEYS, RECIPE_DEFAULTS, TrialConfig, dev
                                   validate_recipe)
 from loopscale.objectives.peak import peak_description
 from loopscale.objectives import lr_rules
-from loopscale.objectives.recipe import build_optimizers, group_lrs, lr_multiplier, normalize_recipe, trial_lrs
+from loopscale.objectives.optimizers import build_optimizers
+from loopscale.objectives.recipe import group_lrs, lr_multiplier, normalize_recipe, trial_lrs
 from loopscale.objectives.training import trial_data
 
 T = 128

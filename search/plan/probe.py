@@ -23,7 +23,7 @@ import torch
 from loopscale import objectives
 from loopscale.model import account, runtime
 from loopscale.model.architecture import build
-from loopscale.objectives.recipe import build_optimizers
+from loopscale.objectives.optimizers import build_optimizers
 
 from ..spec import STAGES, SweepSpec
 from .walltime import Throughput, cpus, likely_widths, narrowest_widths

@@ -26,7 +26,8 @@ import torch
 from loopscale.model import account
 from loopscale.model.architecture import build
 from loopscale.objectives.checkpoint import rng_state, save_state
-from loopscale.objectives.recipe import build_optimizers, group_lrs, normalize_recipe
+from loopscale.objectives.optimizers import build_optimizers
+from loopscale.objectives.recipe import group_lrs, normalize_recipe
 from loopscale.search import SweepSpec
 from loopscale.search.plan.walltime import CHECKPOINT_BYTES_PER_PARAM
 

@@ -37,7 +37,8 @@ from loopscale.model.looped import LoopedLM
 from loopscale.objectives import TrialConfig
 from loopscale.objectives.muonh import MuonH
 from loopscale.objectives.peak import measure_matmul_flops
-from loopscale.objectives.recipe import build_optimizers, group_lrs, normalize_recipe
+from loopscale.objectives.optimizers import build_optimizers
+from loopscale.objectives.recipe import group_lrs, normalize_recipe
 
 DEMO = dict(depth=8, prelude=2, coda=2, width_unit=8, head_dim=8, injection="hyperconnect", seq_len=128,
             vocab_size=256)
