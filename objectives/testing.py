@@ -1,7 +1,8 @@
 """Test aids of a trial: they exercise the search machinery (scheduling, crashes, retries, concurrent logging)
 with real processes and no mocks, and never change the loss of a trial that completes. A simulated trial takes
-all of them; a trained one the aids of timing alone (``TIMING``: delay, journal, rendezvous, hold), which leave
-its training untouched, so that a test can make real training trials overlap or finish in an order it chooses.
+all of them; a trained one the aids of timing alone (``TIMING``: delay, journal, rendezvous, the holds), which
+leave its training untouched, so that a test can make real training trials overlap, finish in an order it
+chooses, or stay unfinished until it has killed them.
 
 A spec sets them in a ``[testing]`` table, which is refused unless the environment says ``LOOPSCALE_TESTING=1``
 (the test suite and its benchmarks set it): a production spec cannot trip them, and they are not part of the
@@ -26,6 +27,9 @@ spec hash. The trial config carries them under one key, ``testing``:
 * ``hold``: a path; an execution waits before its delay while that path exists (raising after
   ``RENDEZVOUS_TIMEOUT_S``). A test creates the file to keep a sweep running for as long as it looks at it, and
   removes it to let the sweep go on: a still-running sweep that no machine load can finish early.
+* ``hold_end``: a path; an execution that has trained or simulated waits, before it returns (and so before its
+  receipt), while that path exists (raising after ``RENDEZVOUS_TIMEOUT_S``): a trial a test kills after its
+  first checkpoint is then still unfinished, however fast the machine trained it.
 * ``fill_disk``: a path. An execution that ends while ``<fill_disk>.armed`` exists removes that file, then fills
   the file system holding ``fill_disk`` to its last byte (writing ``fill_disk`` until ENOSPC) just before it
   returns: a disk that is full at the moment a trial ends, which a test cannot time from outside the trial
@@ -48,8 +52,8 @@ if TYPE_CHECKING:
     from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
-KEYS = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "faults", "fill_disk")
-TIMING = ("delay_s", "delay_power", "journal", "rendezvous", "hold")  # the aids of a trained trial
+KEYS = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "hold_end", "faults", "fill_disk")
+TIMING = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "hold_end")  # the aids of a trained trial
 ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
 MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
@@ -81,14 +85,14 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     require(rendezvous <= 1 or journal is not None, "[testing] rendezvous needs [testing] journal to count the "
              "trials that started")
     require(isinstance(faults, dict), "[testing] faults must be a table")
-    fill_disk, hold = table.get("fill_disk"), table.get("hold")
-    require(fill_disk is None or isinstance(fill_disk, str), f"[testing] fill_disk must be a path, got {fill_disk!r}")
-    require(hold is None or isinstance(hold, str), f"[testing] hold must be a path, got {hold!r}")
+    for key in ("fill_disk", "hold", "hold_end"):
+        require(table.get(key) is None or isinstance(table[key], str),
+                f"[testing] {key} must be a path, got {table.get(key)!r}")
     aids: dict[str, Any] = {"delay_s": float(delay_s), "delay_power": float(power), "rendezvous": rendezvous,
                             "faults": _parse_faults(faults, widths, journal is not None)}
-    for key, path in (("journal", journal), ("hold", hold), ("fill_disk", fill_disk)):
-        if path is not None:
-            aids[key] = str(os.path.abspath(os.path.expanduser(path)))  # trials run in other directories
+    for key in ("journal", "hold", "hold_end", "fill_disk"):
+        if table.get(key) is not None:
+            aids[key] = str(os.path.abspath(os.path.expanduser(table[key])))  # trials run in other directories
     return {k: v for k, v in aids.items() if v}
 
 
@@ -130,15 +134,17 @@ def before_trial(trial: TrialConfig) -> str:
         return ""
     earlier = _journal(trial, aids, "start")
     _rendezvous(aids)
-    _hold(aids)
+    _hold(aids.get("hold"))
     fault = _fault(trial, aids, earlier)
     time.sleep(float(aids.get("delay_s", 0.0)) * trial.s ** float(aids.get("delay_power", 0.0)))
     return fault
 
 
 def after_trial(trial: TrialConfig) -> None:
-    """Journal the end; fill the disk if ``fill_disk`` is armed (module docstring)."""
+    """Wait while ``hold_end`` exists; journal the end; fill the disk if ``fill_disk`` is armed (module
+    docstring)."""
     aids = trial.testing or {}
+    _hold(aids.get("hold_end"))
     if aids:
         _journal(trial, aids, "end")
     if aids.get("fill_disk"):
@@ -208,9 +214,8 @@ def _rendezvous(aids: dict[str, Any]) -> None:
         time.sleep(0.05)
 
 
-def _hold(aids: dict[str, Any]) -> None:
-    """Wait while the ``hold`` file exists (see the module docstring)."""
-    path = aids.get("hold")
+def _hold(path: str | None) -> None:
+    """Wait while the file ``path`` exists (``hold`` and ``hold_end`` in the module docstring)."""
     deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
     while path and os.path.exists(path):
         if time.monotonic() > deadline:

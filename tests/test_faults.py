@@ -154,7 +154,7 @@ def test_a_trained_trial_takes_the_aids_of_timing_alone(tmp_path):
     assert timed.trial_config(cell, 2.0).testing == {"delay_s": 0.5, "delay_power": -1.0,
                                                       "hold": str(Path("h").absolute())}
     with pytest.raises(ValueError, match=r"\[testing\] faults apply to the simulated objective only; a trained "
-                                         r"trial takes delay_s, delay_power, journal, rendezvous, hold$"):
+                                         r"trial takes delay_s, delay_power, journal, rendezvous, hold, hold_end$"):
         SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=4e+09,r=1/s=2": "raise"}, "faulty.toml", **train))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["faulty.toml", "timed.toml"]
 

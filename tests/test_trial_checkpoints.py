@@ -22,18 +22,30 @@ from loopscale.search import SweepSpec
 from test_kill_resume import Driver, kill_leftovers, ray_dir, trial_runs  # noqa: F401 (fixture)
 from test_spec import base_spec, to_toml
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
+HELD = "held"  # while this file is in the sweep's folder, its trial, trained, does not return ([testing] hold_end)
 
 
-def write_sweep(folder: Path, budget: float = 8e10, log_every: int = 2, **resources) -> SweepSpec:
+def write_sweep(folder: Path, budget: float = 8e10, log_every: int = 2, held: bool = True,
+                **resources) -> SweepSpec:
     """One training trial (8e10 FLOPs: ~230 steps), a checkpoint every half second of its training unless
-    ``resources`` say otherwise."""
+    ``resources`` say otherwise. ``held``: the trial waits after training, before it returns, until the test
+    removes ``HELD`` (``release``): a kill after its first checkpoint then lands before it has finished, however
+    fast a machine trains it (on a loaded one the checkpoint was seen late, after the trial had ended)."""
     folder.mkdir()
+    aids = {"testing": {"hold_end": str(folder / HELD)}} if held else {}
+    if held:
+        (folder / HELD).touch()
     (folder / "spec.toml").write_text(to_toml(base_spec(
         folder, objective="train", budgets=[budget], recurrences=[2], trials_per_cell=1, sampler="grid",
         val_tokens=2048, data={"source": "kjv"}, recipe={"log_every": log_every, "compile": False},
-        widths={"s_min": 2, "s_max": 2}, resources={"checkpoint_s": 0.5, **resources})))
+        widths={"s_min": 2, "s_max": 2}, resources={"checkpoint_s": 0.5, **resources}, **aids)))
     return SweepSpec.from_toml(folder / "spec.toml")
+
+
+def release(spec: SweepSpec) -> None:
+    """Let the held trial return (``write_sweep``)."""
+    (Path(spec.source).parent / HELD).unlink()
 
 
 def first_checkpoint(spec: SweepSpec, driver: Driver, timeout_s: float = 240) -> None:
@@ -108,8 +120,10 @@ _TRAINED: dict[str, tuple[dict, list[dict]]] = {}
 
 def trained_once(params: dict) -> tuple[dict, list[dict]]:
     """The result and progress reports of the trial ``params`` trained without interruption in this process, once
-    per worker for every test resuming the same trial (where its data cache lives changes nothing it computes)."""
-    key = json.dumps({k: v for k, v in params.items() if k != "cache_dir"}, sort_keys=True, default=str)
+    per worker for every test resuming the same trial (where its data cache lives, and its test aids of timing,
+    change nothing it computes)."""
+    key = json.dumps({k: v for k, v in params.items() if k not in ("cache_dir", "testing")}, sort_keys=True,
+                     default=str)
     if key not in _TRAINED:
         reports: list[dict] = []
         _TRAINED[key] = train(TrialConfig.from_params(params), report=reports.append), reports
@@ -150,6 +164,7 @@ def test_a_trial_whose_driver_is_killed_resumes_from_its_checkpoint(tmp_path, ra
     first_checkpoint(spec, first)
     first.kill(ray_dir)
     assert not trial_runs(spec) or trial_runs(spec)[0].info.status == "RUNNING"  # killed mid-trial
+    release(spec)
     finished_sweep(spec, Driver(spec, ray_dir, resume=True))
     check_resumed_run(spec)
 
@@ -159,13 +174,14 @@ def test_a_trial_whose_worker_is_killed_resumes_from_its_checkpoint(tmp_path, ra
     driver = Driver(spec, ray_dir, resume=False)
     first_checkpoint(spec, driver)
     os.kill(ray_worker(driver, "ray::ImplicitFunc"), signal.SIGKILL)
+    release(spec)
     finished_sweep(spec, driver)
     check_resumed_run(spec)
 
 
 def test_a_trial_stopped_by_sigterm_checkpoints_first_and_resumes_there(tmp_path, ray_dir):
     # no periodic checkpoint within the test: the one it resumes from is the one taken on the signal
-    spec = write_sweep(tmp_path / "preempted", checkpoint_s=3600)
+    spec = write_sweep(tmp_path / "preempted", held=False, checkpoint_s=3600)
     first = Driver(spec, ray_dir, resume=False)
     training(spec, first)
     first.process.send_signal(signal.SIGTERM)
@@ -191,6 +207,7 @@ def test_a_sigterm_to_the_whole_process_group_stops_the_driver_and_the_sweep_res
     assert not first.wait_for("never printed", 1, timeout_s=45), "".join(first.output)
     assert first.process.wait(timeout=30) != 0
     kill_leftovers(ray_dir)
+    release(spec)
     finished_sweep(spec, Driver(spec, ray_dir, resume=True))
     check_resumed_run(spec)
 
@@ -205,6 +222,7 @@ def test_a_data_parallel_trial_whose_worker_is_killed_resumes_from_rank_0s_check
         assert driver.process.poll() is None and time.monotonic() < deadline, "".join(driver.output)
         time.sleep(0.05)
     os.kill(ray_worker(driver, "ray::RayTrainWorker"), signal.SIGKILL)
+    release(spec)
     finished_sweep(spec, driver)
     # two workers sum their gradients in another order than one process: the data-parallel tolerance
     check_resumed_run(spec, {"rel": 1e-4})
