@@ -44,13 +44,16 @@ def fake_slurm(tmp_path):
 
 
 def write_sweep(tmp_path: Path, trials_per_cell: int) -> Path:
-    """Simulated trials of a second each, two at a time (one per node: each has one CPU)."""
+    """Simulated trials of a second each, two at a time (one per node: each has one CPU). The first two wait for
+    each other (``[testing] rendezvous``), so the second node runs one however late it joins: on a machine
+    running two suites all four ran on the first, the second node not yet in the cluster."""
     folder = tmp_path / "sweep"
     folder.mkdir()
     spec_path = folder / "spec.toml"
+    aids = {"delay_s": 1.0, "journal": str(folder / "journal.jsonl"), "rendezvous": 2}
     spec_path.write_text(to_toml(base_spec(folder, budgets=[1e12], recurrences=[1, 2],
                                            trials_per_cell=trials_per_cell, sampler="grid",
-                                           testing={"delay_s": 1.0}, resources={"max_concurrent": 2})))
+                                           testing=aids, resources={"max_concurrent": 2})))
     return spec_path
 
 
