@@ -41,8 +41,8 @@ def build_optimizers(model: torch.nn.Module, lrs: dict[str, float], recipe: dict
     return optimizers
 
 
-
 def set_lr(optimizers: list[torch.optim.Optimizer], multiplier: float) -> None:
+    """Every group's rate at ``multiplier`` times its peak (``recipe.lr_multiplier``)."""
     for optimizer in optimizers:
         for group in optimizer.param_groups:
             group["lr"] = group["peak_lr"] * multiplier
