@@ -196,11 +196,11 @@ class SweepSpec:
         common = {"budget_flops": float(cell.budget), "r": cell.r, "s": float(s),
                   "template": self.grid.model_template(), "batch_tokens": self.grid.batch_tokens,
                   "seed": self.sampling.seed, "objective": objective}
+        aids = testing.trial_aids(self.testing, cell.key) or None
         if objective == "simulate":
             sim = self.simulation
             return objectives.TrialConfig(**common, noise=sim.noise, cell_noise=sim.cell_noise, misspec=sim.misspec,
-                                          law=dict(sim.law) if sim.law else None,
-                                          testing=testing.trial_aids(self.testing, cell.key) or None)
+                                          law=dict(sim.law) if sim.law else None, testing=aids)
         place, training = self.placement, self.training
         return objectives.TrialConfig(**common, data=training.data,
                                       recipe=dict(recipe if recipe is not None else training.recipe),
@@ -208,8 +208,7 @@ class SweepSpec:
                                       num_threads=max(1, int(place.cpus_per_trial)), cache_dir=place.cache_dir,
                                       val_tokens=training.val_tokens,
                                       # a simulated spec's aids are not for its calibration's trained trials
-                                      testing=(testing.trial_aids(self.testing, cell.key) or None
-                                               if self.objective == "train" else None))
+                                      testing=aids if self.objective == "train" else None)
 
     def resources(self, stage: str) -> dict[str, float]:
         """Ray resources of one trial's worker; a simulated trial needs one CPU whatever the spec asks of
