@@ -26,12 +26,11 @@ units in the column names; ``readable`` formats it for reading (Markdown, LaTeX,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq
 
 from loopscale.model import JointLaw, tokens_for_budget
 
@@ -69,7 +68,9 @@ def allocation_table(fit: LawFit | JointLaw, budgets, recurrences, *, template: 
                 raise ValueError(f"budget {budget:.3g} FLOPs buys no optimizer step of {batch_tokens} tokens at "
                                  f"r={r} for any buildable width (the narrowest is one head, width "
                                  f"{curves[r].head_dim}); use a larger budget")
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table["r1_optimal_flops_to_match"] = budgets_to_reach(law, curves[1], table["loss"], table["budget_flops"])
+    return table
 
 
 def stacked(laws: Sequence[JointLaw]) -> JointLaw:
@@ -84,10 +85,12 @@ def optimal_width(law: JointLaw, curve: SizeCurve, budget: float) -> float:
     return float(optimal_widths(stacked([law]), curve, budget)[0])
 
 
-def optimal_widths(laws: JointLaw, curve: SizeCurve, budget: float) -> np.ndarray:
-    """(K,) the continuous width minimising each of ``stacked`` laws' predicted loss at ``budget``: the best
-    of a grid of 400 log-widths, then golden-section search (Kiefer 1953) between its neighbours to 1e-10 in
-    log width, all laws at once."""
+def optimal_widths(laws: JointLaw, curve: SizeCurve, budget) -> np.ndarray:
+    """(K,) the continuous width minimising each of ``stacked`` laws' predicted loss at ``budget`` (one for all,
+    or (K,) one per law): the best of a grid of 400 log-widths, then golden-section search (Kiefer 1953) between
+    its neighbours to 1e-10 in log width, all laws at once."""
+    if np.ndim(budget):
+        budget = np.asarray(budget, dtype=float).reshape(-1, 1)
     grid = np.linspace(*LOG_WIDTH_RANGE, 400)
     i = np.argmin(_loss(laws, curve, np.exp(grid)[None, :], budget), axis=1)
     lo, hi = grid[np.maximum(i - 1, 0)], grid[np.minimum(i + 1, grid.size - 1)]
@@ -131,7 +134,6 @@ def _row(law: JointLaw, curve: SizeCurve, base: SizeCurve, budget: float, base_l
         "loss": loss, "loss_gap_to_r1": loss - base_loss, **built,
         "same_cost_r1_N": float(base.sizes(same_cost_width)["N"]),
         "equiv_r1_width": equiv_width, "equiv_r1_flops": float(base.sizes(equiv_width)["F"]) * tokens,
-        "r1_optimal_flops_to_match": _budget_to_reach(law, base, loss, budget),
     }
 
 
@@ -178,25 +180,37 @@ def built_models(laws: JointLaw, curve: SizeCurve, widths: np.ndarray, budget: f
             "flops_built": np.where(trains, sizes["F"] * tokens, 0.0), "loss_built": np.where(trains, loss, np.nan)}
 
 
-def _budget_to_reach(law: JointLaw, base: SizeCurve, loss: float, budget: float) -> float:
-    """The budget C' with L*_1(C') = loss (L*_1 falls monotonically with compute)."""
-    if loss <= law.E:
-        return np.inf
+def budgets_to_reach(law: JointLaw, base: SizeCurve, losses, budgets) -> np.ndarray:
+    """(K,) per row the budget C' at which the compute-optimal non-looped model reaches ``losses[k]``,
+    L*_1(C') = losses[k], searched from ``budgets[k]``: L*_1 falls monotonically with compute, so a bracket
+    around log C widened in steps of 2 (to e^60 times the budget either way: 0 where even e^-60 of it reaches the
+    loss, inf where e^60 of it does not, or the loss is at or below E), then bisection to 1e-10 in log C, all rows
+    at once (one ``optimal_widths`` of K rows per step)."""
+    losses = np.asarray(losses, dtype=float)
+    start = np.log(np.asarray(budgets, dtype=float))
+    laws = stacked([law] * losses.size)
 
-    def gap(log_c: float) -> float:
+    def gap(log_c: np.ndarray) -> np.ndarray:
         c = np.exp(log_c)
-        return float(_loss(law, base, optimal_width(law, base, c), c)) - loss
+        return _loss(law, base, optimal_widths(laws, base, c), c) - losses
 
-    lo, hi = np.log(budget) - 2.0, np.log(budget) + 2.0
-    while gap(lo) < 0:
-        lo -= 2.0
-        if lo < np.log(budget) - 60:  # e^60 times less compute still reaches it: the loss is no bound
-            return 0.0
-    while gap(hi) > 0:
-        hi += 2.0
-        if hi > np.log(budget) + 60:
-            return np.inf
-    return float(np.exp(brentq(gap, lo, hi, xtol=1e-10)))
+    answer = np.where(losses <= law.E, np.inf, np.nan)
+
+    def widen(edge: np.ndarray, step: float, beyond: Callable, too_far: float) -> np.ndarray:
+        """``edge`` moved by ``step`` until the root is on its inner side; rows gone 60 past ``start`` (e^60
+        times the budget either way: the loss is no bound) get ``too_far`` as their answer."""
+        while (open_ := np.isnan(answer) & beyond(gap(edge))).any():
+            edge = edge + np.where(open_, step, 0.0)
+            answer[open_ & (np.abs(edge - start) > 60)] = too_far
+        return edge
+
+    lo = widen(start - 2.0, -2.0, lambda g: g < 0, 0.0)
+    hi = widen(start + 2.0, 2.0, lambda g: g > 0, np.inf)
+    for _ in range(int(np.ceil(np.log2((hi - lo).max() / 1e-10)))):
+        middle = (lo + hi) / 2
+        above = gap(middle) > 0  # L*_1 there is still above the loss: the root lies beyond
+        lo, hi = np.where(above, middle, lo), np.where(above, hi, middle)
+    return np.where(np.isnan(answer), np.exp((lo + hi) / 2), answer)
 
 
 # The short table: the buildable model per (budget, r); column -> header with its unit.
