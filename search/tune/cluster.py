@@ -28,7 +28,7 @@ LOCAL_RAY_ENV = {
     # reconnect, and the wait only delays the driver's exit (at full CPU)
     "RAY_gcs_rpc_server_reconnect_timeout_s": "5",
     # no idle workers started ahead, one per CPU: Tune's trial actors carry a runtime environment and start
-    # workers of their own, so those were never used (~0.3 CPU-s and ~100 MB each, measured on 2 CPUs)
+    # workers of their own, so those were never used (~0.3 CPU-s each to start, measured on 2 CPUs)
     "RAY_prestart_worker_first_driver": "0",
 }
 
