@@ -24,6 +24,7 @@ Checks (every failure is a ValueError of one line, the URI's password shown as `
 from __future__ import annotations
 
 import contextlib
+import http.client
 import itertools
 import json
 import os
@@ -229,6 +230,9 @@ def check_server(uri: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
         status = exc.code
     except (urllib.error.URLError, OSError) as exc:
         raise ValueError(f"tracking server {redact(uri)} is unreachable: {getattr(exc, 'reason', exc)}") from None
+    except http.client.HTTPException:  # a database's or Ray's port, say: it answers, but not in HTTP
+        raise ValueError(f"tracking server {redact(uri)} answered /health with something that is not HTTP "
+                         "(another service's port?)") from None
     if status != 200:
         raise ValueError(f"tracking server {redact(uri)} answered /health with HTTP {status}")
 

@@ -17,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,25 @@ def silent_server() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def babbling_server() -> Iterator[str]:
+    """A port whose server answers every connection in binary, not HTTP (another service's port: a database's,
+    Ray's gRPC)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+
+        def answer() -> None:
+            with contextlib.suppress(OSError):  # the socket closed: the test is over
+                while True:
+                    connection, _ = sock.accept()
+                    with connection:
+                        connection.sendall(b"\x00\x00\x12\x04\x00\x00\x00\x00\x00\x00\x03\x7f\xff\xff\xff\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
@@ -293,6 +313,10 @@ def test_analysis_refuses_a_tracking_server_that_does_not_answer(workdir, capsys
     with silent_server() as hung:
         refuses(["analyze", "--experiment", "sweep", "--tracking-uri", hung], workdir, capsys,
                 f"{hung} is unreachable: timed out")
+    with babbling_server() as other:  # was http.client.BadStatusLine's traceback
+        for argv in (["analyze", "--experiment", "sweep", "--tracking-uri", other],
+                     ["search", str(spec_file(workdir)), "--tracking-uri", other]):
+            refuses(argv, workdir, capsys, f"tracking server {other} answered /health with something that is not HTTP")
 
 
 # ---- the console entry point -------------------------------------------------------------------------------
