@@ -140,7 +140,9 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
     except RuntimeError as err:
         stop_server(proc)
         log.seek(0)
-        last = redact(log.read()).strip().splitlines()[-1:]
+        lines = redact(log.read()).strip().splitlines()
+        # its last error says why (a port taken meanwhile: "address already in use"), not its last line
+        last = ([line for line in lines if "ERROR" in line] or lines)[-1:]
         raise RuntimeError(f"{err}{': ' + last[0] if last else ''}") from None
     except BaseException:  # Ctrl-C or SIGTERM while it starts: no server left behind in its own session
         stop_server(proc)

@@ -66,7 +66,15 @@ def mlflow_server(backend_uri: str, artifacts: str, *, auth_config: str | None =
         extra += ("--app-name", "basic-auth")
         env["MLFLOW_AUTH_CONFIG_PATH"] = auth_config
         env.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", secrets.token_hex(16))  # the auth app's CSRF key
-    proc, base = start_server(backend_uri, port=free_port(), extra_args=extra, env=env, timeout_s=120)
+    for attempt in range(3):
+        try:
+            proc, base = start_server(backend_uri, port=free_port(), extra_args=extra, env=env, timeout_s=120)
+            break
+        except (RuntimeError, ValueError) as exc:
+            # another process (a second suite's Ray or server) took the port between its choice and the server's
+            # bind: a new port, not a longer wait
+            if attempt == 2 or "in use" not in str(exc).lower():
+                raise
     try:
         yield base
     finally:

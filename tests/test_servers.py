@@ -4,6 +4,7 @@ clients without credentials. Real servers on loopback."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -11,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.servers import mlflow_server, postgres_database
+from tests.servers import free_port, mlflow_server, postgres_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,3 +64,17 @@ def test_basic_auth_refuses_anonymous_and_accepts_credentials(tmp_path):
         admin = log_one_run(url, MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD="s3cret-Passw0rd")
         assert admin.returncode == 0, admin.stderr
         assert admin.stdout.splitlines()[-1].split() == ["1", "2.5"]
+
+
+def test_a_server_whose_port_is_taken_as_it_starts_says_why(tmp_path, monkeypatch):
+    """The port free when checked, then taken before the server binds it (another program; a second test suite
+    beside this one): the error names the failed bind, not the server's last log line ("Application shutdown
+    complete"), so the caller can tell it from a broken store."""
+    from loopscale.search import ui
+
+    monkeypatch.setattr(ui, "port_is_free", lambda host, port: True)  # the check passed; then the port went
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port := free_port()))
+        taken.listen(1)
+        with pytest.raises(RuntimeError, match=r"before it answered: .*address already in use"):
+            ui.start_server(f"sqlite:///{tmp_path / 'mlflow.db'}", port=port, timeout_s=60)
