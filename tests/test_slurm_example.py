@@ -5,8 +5,10 @@ set from the job id), and the sweep it runs with ``--resume`` ends complete with
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,25 @@ from test_spec import base_spec, to_toml
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "slurm" / "loopscale.sbatch"
+# the script's ports: a block of 2,000 from 10000 + (job id % 25) * 2000, of which two nodes use the first 250
+PORT_BLOCKS, BLOCK_PORTS = 25, 250
+
+
+def job_id_with_free_ports() -> int:
+    """A job id whose port block is free on this machine now, drawn at random among the free ones: a fixed id
+    gave every run of the script here the same ports, and a second suite beside this one started its Ray head
+    on them (the head then found another session's name in its store and died)."""
+    def free(block: int) -> bool:
+        for port in range(10000 + block * 2000, 10000 + block * 2000 + BLOCK_PORTS):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("", port))
+                except OSError:
+                    return False
+        return True
+
+    blocks = random.sample(range(PORT_BLOCKS), PORT_BLOCKS)
+    return 4200 + next(block for block in blocks if free(block))  # 4200 % 25 == 0: block number = id - 4200
 
 STAND_INS = {
     # srun [options] -w NODE COMMAND...: the command, here
@@ -31,14 +52,15 @@ STAND_INS = {
 
 @pytest.fixture
 def fake_slurm(tmp_path):
-    """A bin folder of stand-ins and a short Ray temp dir; every process left under either is killed after."""
+    """A bin folder of stand-ins, a short Ray temp dir and the job's id (its requeue keeps it, as SLURM's does);
+    every process left under the folders is killed after."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in STAND_INS.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     ray_tmp = tempfile.mkdtemp(prefix="lss", dir="/tmp")
-    yield bin_dir, ray_tmp
+    yield bin_dir, ray_tmp, job_id_with_free_ports()
     kill_leftovers(ray_tmp)
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -57,11 +79,11 @@ def write_sweep(tmp_path: Path, trials_per_cell: int) -> Path:
     return spec_path
 
 
-def script(spec_path: Path, fake_slurm: tuple[Path, str]) -> subprocess.Popen:
-    """The sbatch script as SLURM would run it for job 4242 on two nodes of one CPU (no requeue: there is no
-    SLURM to take it)."""
-    bin_dir, ray_tmp = fake_slurm
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+def script(spec_path: Path, fake_slurm: tuple[Path, str, int]) -> subprocess.Popen:
+    """The sbatch script as SLURM would run it on two nodes of one CPU (no requeue: there is no SLURM to take
+    it)."""
+    bin_dir, ray_tmp, job_id = fake_slurm
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job_id),
            "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1", "LOOPSCALE_RAY_TMP": ray_tmp,
            "LOOPSCALE": f"{sys.executable} -m loopscale.search.cli", "LOOPSCALE_REQUEUE": "0"}
     env.pop("RAY_ADDRESS", None)
