@@ -42,6 +42,7 @@ def job_id_with_free_ports() -> int:
     blocks = random.sample(range(PORT_BLOCKS), PORT_BLOCKS)
     return 4200 + next(block for block in blocks if free(block))  # 4200 % 25 == 0: block number = id - 4200
 
+
 STAND_INS = {
     # srun [options] -w NODE COMMAND...: the command, here
     "srun": '#!/bin/bash\nwhile [[ $1 == -* ]]; do [[ $1 == -w ]] && shift; shift; done\nexec "$@"\n',
