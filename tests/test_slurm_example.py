@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from loopscale.search import SweepSpec
+from loopscale.search.ui import port_is_free
 from test_kill_resume import kill_leftovers, trial_runs
 from test_spec import base_spec, to_toml
 
@@ -31,13 +31,8 @@ def job_id_with_free_ports() -> int:
     gave every run of the script here the same ports, and a second suite beside this one started its Ray head
     on them (the head then found another session's name in its store and died)."""
     def free(block: int) -> bool:
-        for port in range(10000 + block * 2000, 10000 + block * 2000 + BLOCK_PORTS):
-            with socket.socket() as sock:
-                try:
-                    sock.bind(("", port))
-                except OSError:
-                    return False
-        return True
+        first = 10000 + block * 2000
+        return all(port_is_free("", port) for port in range(first, first + BLOCK_PORTS))
 
     blocks = random.sample(range(PORT_BLOCKS), PORT_BLOCKS)
     return 4200 + next(block for block in blocks if free(block))  # 4200 % 25 == 0: block number = id - 4200
