@@ -112,19 +112,31 @@ def stopped_cleanly(spec: SweepSpec, code: int, out: str, expected_code: int, *f
     return finished_runs(spec)
 
 
-# ---- 1. SIGINT / SIGTERM to the driver ---------------------------------------------------------------------
+# ---- 1. SIGINT / SIGTERM to the driver, and a Tune state a full disk cut short -----------------------------
 @pytest.mark.slow
 @pytest.mark.integration
-def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once(tmp_path, ray_dir):
-    """SIGINT here; SIGTERM stops the sweeps of the Tune-state tests below, whose first half is this test's."""
-    signum = signal.SIGINT
+@pytest.mark.parametrize("signum,cut", [(signal.SIGINT, "truncated"), (signal.SIGTERM, "missing")],
+                         ids=["SIGINT-truncated", "SIGTERM-missing"])
+def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once_from_any_state(tmp_path, ray_dir,
+                                                                                          signum, cut):
+    """Either signal stops a running sweep in one line, the trials finished so far kept. Then its Tune experiment
+    state and searcher pickle are damaged as a disk filling up during Tune's in-place copy leaves them (cut to
+    half their bytes or to none, the files taking turns) or gone, where --resume used to say the state was damaged
+    and could not continue the stage: it resumes from the last readable copy, every trial logged once."""
     spec = small_sweep(tmp_path / "sweep")
-    driver = running(spec, ray_dir)
+    driver = running(spec, ray_dir, trials=6)
     driver.process.send_signal(signum)
     code, out = run_to_end(driver, timeout_s=120)
-
-    held = stopped_cleanly(spec, code, out, 128 + signum, f"interrupted by {signal.Signals(signum).name}", "--resume")
-    assert 3 <= len(held) < len(planned(spec))
+    name = signal.Signals(signum).name
+    held = stopped_cleanly(spec, code, out, 128 + signum, f"interrupted by {name}", "--resume")
+    assert 6 <= len(held) < len(planned(spec))
+    keeper = StateKeeper(stage_folder(spec))
+    assert sorted(keeper.state_files()) == sorted(STATE_FILES) and keeper.copies()  # Tune's names, and a copy
+    for n, path in enumerate(keeper.state_files().values()):
+        if cut == "missing":
+            path.unlink()
+        else:
+            path.write_bytes(path.read_bytes()[:path.stat().st_size // 2 if n % 2 else 0])
     resume_and_check_each_trial_once(spec, ray_dir, held)
 
 
@@ -150,8 +162,8 @@ def launched(folder: Path, ray_dir: str, resume: bool = False) -> tuple[subproce
     command = [str(CONSOLE)] if CONSOLE.exists() else [sys.executable, "-m", "loopscale.search.cli"]
     started = time.monotonic()
     env = {**os.environ, "RAY_TMPDIR": ray_dir, "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen([*command, "search", "spec.toml", *(["--resume"] if resume else [])], cwd=folder, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen([*command, "search", "spec.toml", *(["--resume"] if resume else [])], cwd=folder,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     while not caught_signals(process.pid) & (1 << (signal.SIGTERM - 1)):
         assert process.poll() is None and time.monotonic() - started < 60, process.communicate()
         time.sleep(0.001)
@@ -442,29 +454,6 @@ def test_a_receipt_the_disk_refused_rides_on_the_trials_run_and_resume_writes_it
     reference.save(result)
     assert Path(receipt.path).read_bytes() == Path(reference.path).read_bytes()
     assert sorted(p.name for p in (small_disk / "receipts").iterdir()) == [Path(receipt.path).name]
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.parametrize("cut", ["truncated", "missing"])
-def test_a_tune_state_cut_short_resumes_from_its_last_readable_copy(tmp_path, ray_dir, cut):
-    """Tune's experiment state and searcher pickle truncated (as a disk filling up during Tune's in-place copy
-    leaves them: cut to half their bytes or to none, the files taking turns) or gone: --resume said the state was
-    damaged and could not continue the stage. The sweep is stopped by SIGTERM, as cleanly as by SIGINT above."""
-    spec = small_sweep(tmp_path / "sweep")
-    driver = running(spec, ray_dir, trials=6)
-    driver.process.send_signal(signal.SIGTERM)
-    code, out = run_to_end(driver, timeout_s=120)
-    held = stopped_cleanly(spec, code, out, 143, "interrupted by SIGTERM", "--resume")
-    assert 6 <= len(held) < len(planned(spec))
-    keeper = StateKeeper(stage_folder(spec))
-    assert sorted(keeper.state_files()) == sorted(STATE_FILES) and keeper.copies()  # Tune's names, and a copy
-    for n, path in enumerate(keeper.state_files().values()):
-        if cut == "missing":
-            path.unlink()
-        else:
-            path.write_bytes(path.read_bytes()[:path.stat().st_size // 2 if n % 2 else 0])
-    resume_and_check_each_trial_once(spec, ray_dir, held)
 
 
 # ---- 4. two drivers of one sweep -------------------------------------------------------------------------
