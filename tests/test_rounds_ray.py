@@ -29,13 +29,12 @@ COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "tokens", "flops
 
 
 def trained_in_rounds(folder, delay_s: float, power: float) -> SweepSpec:
-    """Budgets 1e9 and 2e9 x r in {1, 2}, widths of 8 to 48 (heads of 8), the law sampler, in rounds of 3 trials
-    (two rounds: the second proposed from the first's results, where the order could matter); a trial sleeps
-    ``delay_s * s**power`` seconds before it trains. The data cache is the parent folder's, so the second sweep
-    reads the tokenized text the first prepared."""
+    """Budgets 2e9 and 4e9 x r in {1, 2}, widths of 8 to 48 (heads of 8), the law sampler, in rounds of 3 trials;
+    a trial sleeps ``delay_s * s**power`` seconds before it trains. The data cache is the parent folder's, so the
+    second sweep reads the tokenized text the first prepared."""
     folder.mkdir()
     (folder / "spec.toml").write_text(to_toml(base_spec(
-        folder, cache_dir=str(folder.parent / "cache"), objective="train", budgets=[1e9, 2e9], recurrences=[1, 2],
+        folder, cache_dir=str(folder.parent / "cache"), objective="train", budgets=[2e9, 4e9], recurrences=[1, 2],
         trials_per_cell=3, sampler="law", rounds=True, val_tokens=2048, data={"source": "kjv"},
         recipe={"log_every": 4}, template={"width_unit": 8, "head_dim": 8}, widths={"s_min": 1, "s_max": 6},
         resources={"max_concurrent": 3}, testing={"delay_s": delay_s, "delay_power": power})))
