@@ -24,7 +24,7 @@ from loopscale.search import SweepSpec
 from loopscale.search.tune.driver import run_search
 from test_spec import base_spec, to_toml
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("testing_aids")]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("testing_aids")]
 COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "tokens", "flops_spent", "val_loss", "branch_of"]
 
 
