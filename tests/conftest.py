@@ -1,8 +1,6 @@
 """Shared by every test: the suite never logs to a store named by the caller's environment, and test aids are off
 unless a test asks for them (the ``testing_aids`` fixture)."""
 
-from collections import Counter
-
 import pytest
 
 from loopscale.analysis.store import TRACKING_ENV
@@ -25,14 +23,9 @@ def testing_aids(monkeypatch):
 
 
 def pytest_collection_modifyitems(items):
-    """Modules holding sweeps, servers or a browser (tests marked slow, integration or browser) run first, those
-    with the most tests marked slow first of all, each module's tests kept together and in order: the workers
-    (tests/run.sh hands each a whole module) start on the longest modules and end on quick ones, which balance
-    their last minutes, instead of one worker finishing a module of killed and resumed sweeps alone while the
-    others wait."""
-    heavy, slow = set(), Counter()
-    for item in items:
-        if any(item.get_closest_marker(m) for m in ("slow", "integration", "browser")):
-            heavy.add(item.module.__name__)
-        slow[item.module.__name__] += item.get_closest_marker("slow") is not None
-    items.sort(key=lambda item: (item.module.__name__ not in heavy, -slow[item.module.__name__]))
+    """Modules holding sweeps, servers or a browser (tests marked slow, integration or browser) run first, each
+    module's tests kept together and in order: the two workers then end on quick tests, which balance their
+    last minutes, instead of one worker finishing a two-minute sweep while the other waits."""
+    heavy = {item.module.__name__ for item in items
+             if any(item.get_closest_marker(m) for m in ("slow", "integration", "browser"))}
+    items.sort(key=lambda item: item.module.__name__ not in heavy)

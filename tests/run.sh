@@ -20,8 +20,5 @@ python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 # Three workers on two cores: with two, the cores sit idle while integration tests wait on Ray start-up,
 # subprocesses and servers; a third keeps them busy (docs/log.md, 2026-12-06 (17)). Every test keeps to its own
-# folders and free ports and starts its own Ray, so they run side by side. A module goes to one worker whole
-# (its module-scoped sweeps and servers are set up once), in the order tests/conftest.py gives: modules holding
-# sweeps first, so that the last minutes go to quick ones, and a module of stop-and-resume sweeps, which wait on
-# signals and restarts, runs beside modules that keep the cores busy instead of beside its own tests.
-python -m pytest -n 3 --dist loadscope --no-loadscope-reorder "${lane[@]}" "$@"
+# folders and free ports and starts its own Ray, so they run side by side.
+python -m pytest -n 3 --dist worksteal "${lane[@]}" "$@"
