@@ -24,8 +24,8 @@ def testing_aids(monkeypatch):
 
 def pytest_collection_modifyitems(items):
     """Modules holding sweeps, servers or a browser (tests marked slow, integration or browser) run first, each
-    module's tests kept together and in order: the two workers then end on quick tests, which balance their
-    last minutes, instead of one worker finishing a two-minute sweep while the other waits."""
+    module's tests kept together and in order: the workers then end on quick tests, which balance their last
+    minutes, instead of one worker finishing a two-minute sweep while the others wait."""
     heavy = {item.module.__name__ for item in items
              if any(item.get_closest_marker(m) for m in ("slow", "integration", "browser"))}
     items.sort(key=lambda item: item.module.__name__ not in heavy)
