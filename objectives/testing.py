@@ -9,8 +9,7 @@ A spec sets them in a ``[testing]`` table, which is refused unless the environme
 spec hash. The trial config carries them under one key, ``testing``:
 
 * ``delay_s``: seconds the trial sleeps before it returns, so that trials overlap and a driver can be killed
-  while some are running, as with real training; with ``delay_power`` p, ``delay_s * s**p`` for the trial's
-  width s: p = 1 and p = -1 make the same trials finish in opposite orders (wide trials last or first).
+  while some are running, as with real training.
 * ``journal``: a JSONL file; every execution appends ``{"event": "start" | "end", "budget_flops", "r", "s",
   "pid", "time"}`` (one ``write`` of one line with O_APPEND, so concurrent trials on one machine do not
   interleave). It counts how often each trial really ran.
@@ -30,6 +29,13 @@ spec hash. The trial config carries them under one key, ``testing``:
 * ``hold_end``: a path; an execution that has trained or simulated waits, before it returns (and so before its
   receipt), while that path exists (raising after ``RENDEZVOUS_TIMEOUT_S``): a trial a test kills after its
   first checkpoint is then still unfinished, however fast the machine trained it.
+* ``end_order``: "ascending" or "descending" (needs ``journal``): executions end in that order of (width s,
+  budget, r) within each set of trials running together, whatever their speeds. The searcher journals each trial
+  as it proposes it (``proposed``); an execution that has trained or simulated waits, before it returns, until
+  every proposed trial that comes first has ended, and then until ``END_GAP_S`` after the journal's last end, so
+  that the driver takes their results in that order too (raising after ``RENDEZVOUS_TIMEOUT_S``: every
+  execution must end, none may fail). Proposing in rounds, a round's trials are all proposed before any of them
+  ends, so each round ends in that order exactly: no sleep that a loaded machine could outlast decides it.
 * ``fill_disk``: a path. An execution that ends while ``<fill_disk>.armed`` exists removes that file, then fills
   the file system holding ``fill_disk`` to its last byte (writing ``fill_disk`` until ENOSPC) just before it
   returns: a disk that is full at the moment a trial ends, which a test cannot time from outside the trial
@@ -43,6 +49,7 @@ import math
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -52,13 +59,15 @@ if TYPE_CHECKING:
     from .trial import TrialConfig
 
 TESTING_ENV = "LOOPSCALE_TESTING"
-KEYS = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "hold_end", "faults", "fill_disk")
-TIMING = ("delay_s", "delay_power", "journal", "rendezvous", "hold", "hold_end")  # the aids of a trained trial
+KEYS = ("delay_s", "journal", "rendezvous", "hold", "hold_end", "end_order", "faults", "fill_disk")
+TIMING = ("delay_s", "journal", "rendezvous", "hold", "hold_end", "end_order")  # the aids of a trained trial
 ARMED = ".armed"  # fill_disk's trigger: the path with this suffix
 MIB = 1 << 20
 FAULTS = ("raise", "nan", "sigkill", "exit")
 FAULT_ONCE = "-once"
 RENDEZVOUS_TIMEOUT_S = 300.0
+END_ORDERS = ("ascending", "descending")
+END_GAP_S = 0.5  # between two ends in ``end_order``: far above the driver's time to take one result
 
 
 # ---- the spec's [testing] table ----------------------------------------------------------------------------
@@ -77,19 +86,24 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     delay_s, journal = table.get("delay_s", 0.0), table.get("journal")
     rendezvous, faults = table.get("rendezvous", 0), table.get("faults", {})
     require(_number(delay_s) and 0 <= delay_s < math.inf, f"[testing] delay_s must be >= 0 seconds, got {delay_s!r}")
-    power = table.get("delay_power", 0.0)
-    require(_number(power) and abs(power) <= 4, f"[testing] delay_power must be a number in [-4, 4], got {power!r}")
     require(journal is None or isinstance(journal, str), f"[testing] journal must be a path, got {journal!r}")
     require(isinstance(rendezvous, int) and not isinstance(rendezvous, bool) and rendezvous >= 0,
              f"[testing] rendezvous must be >= 0 trials, got {rendezvous!r}")
     require(rendezvous <= 1 or journal is not None, "[testing] rendezvous needs [testing] journal to count the "
              "trials that started")
+    order = table.get("end_order")
+    require(order is None or order in END_ORDERS,
+            f"[testing] end_order must be {' or '.join(END_ORDERS)}, got {order!r}")
+    require(order is None or journal is not None, "[testing] end_order needs [testing] journal to see the "
+            "trials proposed and ended")
     require(isinstance(faults, dict), "[testing] faults must be a table")
     for key in ("fill_disk", "hold", "hold_end"):
         require(table.get(key) is None or isinstance(table[key], str),
                 f"[testing] {key} must be a path, got {table.get(key)!r}")
-    aids: dict[str, Any] = {"delay_s": float(delay_s), "delay_power": float(power), "rendezvous": rendezvous,
+    aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
                             "faults": _parse_faults(faults, widths, journal is not None)}
+    if order is not None:
+        aids["end_order"] = order
     for key in ("journal", "hold", "hold_end", "fill_disk"):
         if table.get(key) is not None:
             aids[key] = str(os.path.abspath(os.path.expanduser(table[key])))  # trials run in other directories
@@ -136,15 +150,16 @@ def before_trial(trial: TrialConfig) -> str:
     _rendezvous(aids)
     _hold(aids.get("hold"))
     fault = _fault(trial, aids, earlier)
-    time.sleep(float(aids.get("delay_s", 0.0)) * trial.s ** float(aids.get("delay_power", 0.0)))
+    time.sleep(float(aids.get("delay_s", 0.0)))
     return fault
 
 
 def after_trial(trial: TrialConfig) -> None:
-    """Wait while ``hold_end`` exists; journal the end; fill the disk if ``fill_disk`` is armed (module
-    docstring)."""
+    """Wait while ``hold_end`` exists, and for the trials ``end_order`` puts first; journal the end; fill the disk
+    if ``fill_disk`` is armed (module docstring)."""
     aids = trial.testing or {}
     _hold(aids.get("hold_end"))
+    _in_order(trial, aids)
     if aids:
         _journal(trial, aids, "end")
     if aids.get("fill_disk"):
@@ -202,6 +217,51 @@ def _journal(trial: TrialConfig, aids: Mapping[str, Any], event: str) -> int:
     return earlier
 
 
+def proposed(trial: TrialConfig) -> None:
+    """The searcher's note that it proposed ``trial``, for ``end_order`` (module docstring)."""
+    aids = trial.testing or {}
+    if aids.get("end_order"):
+        _journal(trial, aids, "proposed")
+
+
+def _in_order(trial: TrialConfig, aids: Mapping[str, Any]) -> None:
+    """Wait until every proposed trial that ``end_order`` puts before this one has ended, then until
+    ``END_GAP_S`` after the last end."""
+    if not aids.get("end_order"):
+        return
+    sign = 1 if aids["end_order"] == "ascending" else -1
+    place = (trial.s, trial.budget_flops, trial.r)
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
+    while True:
+        entries = _entries(aids["journal"])
+        open_ = Counter()
+        for e in entries:
+            open_[(e["s"], e["budget_flops"], e["r"])] += {"proposed": 1, "end": -1}.get(e["event"], 0)
+        first = sorted(k for k, n in open_.items() if n > 0 and (k > place if sign < 0 else k < place))
+        if not first:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"end_order: trials (s, budget, r) {first} did not end within "
+                               f"{RENDEZVOUS_TIMEOUT_S:g} s")
+        time.sleep(0.05)
+    last_end = max((e["time"] for e in entries if e["event"] == "end"), default=0.0)
+    time.sleep(max(0.0, last_end + END_GAP_S - time.time()))
+
+
+def _entries(path: str) -> list[dict[str, Any]]:
+    """The journal's whole lines (one cut short by a kill is left out); none while it does not exist."""
+    entries = []
+    if not os.path.exists(path):
+        return entries
+    with open(path) as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return entries
+
+
 def _rendezvous(aids: dict[str, Any]) -> None:
     """Wait until the journal holds ``rendezvous`` starts of any trial (see the module docstring)."""
     want = int(aids.get("rendezvous", 0))
@@ -225,18 +285,8 @@ def _hold(path: str | None) -> None:
 
 def _starts(path: str, ident: dict[str, Any] | None = None) -> int:
     """Start events in the journal: of the trial ``ident`` (budget_flops, r, s), or of any trial."""
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return sum(1 for line in f if _is_start(line, ident or {}))
-
-
-def _is_start(line: str, ident: dict[str, Any]) -> bool:
-    try:
-        entry = json.loads(line)
-    except json.JSONDecodeError:  # a line cut short by a kill
-        return False
-    return entry.get("event") == "start" and all(entry.get(k) == v for k, v in ident.items())
+    return sum(e.get("event") == "start" and all(e.get(k) == v for k, v in (ident or {}).items())
+               for e in _entries(path))
 
 
 def _number(value: Any) -> bool:

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from loopscale.analysis import exclusions, load_runs
 from loopscale.analysis.store import trial_numbers
-from loopscale.objectives import TrialConfig, simulate
+from loopscale.objectives import TrialConfig, simulate, testing
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from loopscale.search.tune.driver import run_search
@@ -105,13 +105,32 @@ def test_a_rendezvous_holds_each_trial_until_enough_have_started(tmp_path):
     assert simulate(config)["status"] == "ok"  # a third execution finds two starts and goes on
 
 
+def test_end_order_ends_proposed_trials_in_their_order_however_they_start(tmp_path):
+    """Three proposed trials started widest first, each in its own process, end narrowest first, END_GAP_S apart."""
+    base = trial_config(tmp_path, "raise", faults={}, end_order="ascending")
+    configs = [dataclasses.replace(base, s=s) for s in (1.0, 2.0, 3.0)]
+    for config in configs:
+        testing.proposed(config)
+    processes = [multiprocessing.get_context("fork").Process(target=_run_simulate, args=(c,)) for c in configs]
+    for process in reversed(processes):
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    entries = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    ends = [e for e in entries if e["event"] == "end"]
+    assert [e["s"] for e in ends] == [1.0, 2.0, 3.0]
+    assert all(b["time"] - a["time"] >= testing.END_GAP_S for a, b in zip(ends, ends[1:]))
+
+
 @pytest.mark.parametrize("faults, testing_table, message", [
     ({"C=1e+12,r=3/s=2": "raise"}, {}, "names no cell"),
     ({"C=1e+12,r=1/s=99": "raise"}, {}, "not a width of cell"),
     ({"C=1e+12,r=1/s=2": "segfault"}, {}, "is not a fault"),
     ({"C=1e+12,r=1/s=2": "sigkill-once"}, {}, "needs \\[testing\\] journal"),
     ({}, {"delay_s": -1}, "delay_s must be >= 0"),
-    ({}, {"delay_power": 9}, "delay_power must be a number in \\[-4, 4\\], got 9"),
+    ({}, {"end_order": "by width", "journal": "j.jsonl"}, "end_order must be ascending or descending, got 'by"),
+    ({}, {"end_order": "ascending"}, "end_order needs \\[testing\\] journal"),
     ({}, {"rendezvous": 2}, "rendezvous needs \\[testing\\] journal"),
     ({}, {"rendezvous": -1, "journal": "j.jsonl"}, "rendezvous must be >= 0 trials"),
     ({}, {"fill_disk": 3}, "fill_disk must be a path"),
@@ -145,16 +164,18 @@ def test_a_production_spec_cannot_trip_the_aids_and_they_leave_the_hash_alone(tm
 
 
 def test_a_trained_trial_takes_the_aids_of_timing_alone(tmp_path):
-    """A training spec's trials carry delay, journal, rendezvous and hold; faults and fill_disk, which would change
-    or end a trained trial, are refused in one line before anything is written."""
+    """A training spec's trials carry delay, journal, rendezvous, holds and end order; faults and fill_disk, which
+    would change or end a trained trial, are refused in one line before anything is written."""
     train = {"objective": "train", "budgets": [4e9], "recurrences": [1], "data": {"source": "kjv"}}
     timed = SweepSpec.from_toml(write_fault_spec(tmp_path, {}, "timed.toml", **train,
-                                                 testing={"delay_s": 0.5, "delay_power": -1.0, "hold": "h"}))
+                                                 testing={"delay_s": 0.5, "journal": "j.jsonl",
+                                                          "end_order": "descending", "hold": "h"}))
     (cell,) = timed.cells()
-    assert timed.trial_config(cell, 2.0).testing == {"delay_s": 0.5, "delay_power": -1.0,
+    assert timed.trial_config(cell, 2.0).testing == {"delay_s": 0.5, "end_order": "descending",
+                                                      "journal": str(Path("j.jsonl").absolute()),
                                                       "hold": str(Path("h").absolute())}
     with pytest.raises(ValueError, match=r"\[testing\] faults apply to the simulated objective only; a trained "
-                                         r"trial takes delay_s, delay_power, journal, rendezvous, hold, hold_end$"):
+                                         r"trial takes delay_s, journal, rendezvous, hold, hold_end, end_order$"):
         SweepSpec.from_toml(write_fault_spec(tmp_path, {"C=4e+09,r=1/s=2": "raise"}, "faulty.toml", **train))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["faulty.toml", "timed.toml"]
 

@@ -2,13 +2,13 @@
 depend on the order its trials finish in, with real training, whose durations vary from machine to machine.
 
 A tiny training sweep (models of one to six heads on the bundled text, one thread per trial, so a trial trains
-bit-identically however loaded the machine) with the law sampler on 3 slots, where the
-sampler's proposals do depend on that order (tests/test_law_sampler.py drives such a design through the searcher
-alone). Two sweeps of one spec, each trial sleeping, before it trains, a time that grows with its width in the
-first and shrinks with it in the second (``[testing] delay_power``), so that the trials finish in other orders:
-in rounds both propose the same trials and train them to the same losses. Without rounds they may propose other
-trials, as a pair of simulated paper-preset sweeps did in one of two pairs run by hand (docs/log.md, 2026-12-06
-(18)); not asserted here: it rests on how Tune's loop meets the timing.
+bit-identically however loaded the machine) with the law sampler on 3 slots, where the sampler's proposals do
+depend on that order (tests/test_law_sampler.py drives such a design through the searcher alone). Two sweeps of
+one spec, the trials of each round ending narrowest first in the first and widest first in the second
+(``[testing] end_order``: each waits for those the order puts first, an event, not a sleep that a loaded machine
+could outlast): in rounds both propose the same trials and train them to the same losses. Without rounds they
+may propose other trials, as a pair of simulated paper-preset sweeps did in one of two pairs run by hand
+(docs/log.md, 2026-12-06 (18)); not asserted here: it rests on how Tune's loop meets the timing.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures
 COMPARED = ["stage", "cell", "r", "budget_flops", "width", "s", "tokens", "flops_spent", "val_loss", "branch_of"]
 
 
-def trained_in_rounds(folder, delay_s: float, power: float) -> SweepSpec:
-    """Budgets 2e9 and 4e9 x r in {1, 2}, widths of 8 to 48 (heads of 8), the law sampler, in rounds of 3 trials;
-    a trial sleeps ``delay_s * s**power`` seconds before it trains. The data cache is the parent folder's, so the
-    second sweep reads the tokenized text the first prepared."""
+def trained_in_rounds(folder, end_order: str) -> SweepSpec:
+    """Budgets 2e9 and 4e9 x r in {1, 2}, widths of 8 to 48 (heads of 8), the law sampler, in rounds of 3 trials,
+    each round's trials ending in ``end_order`` of width. The data cache is the parent folder's, so the second
+    sweep reads the tokenized text the first prepared."""
     folder.mkdir()
     (folder / "spec.toml").write_text(to_toml(base_spec(
         folder, cache_dir=str(folder.parent / "cache"), objective="train", budgets=[2e9, 4e9], recurrences=[1, 2],
         trials_per_cell=3, sampler="law", rounds=True, val_tokens=2048, data={"source": "kjv"},
         recipe={"log_every": 4}, template={"width_unit": 8, "head_dim": 8}, widths={"s_min": 1, "s_max": 6},
-        resources={"max_concurrent": 3}, testing={"delay_s": delay_s, "delay_power": power})))
+        resources={"max_concurrent": 3}, testing={"journal": str(folder / "journal.jsonl"), "end_order": end_order})))
     return SweepSpec.from_toml(folder / "spec.toml")
 
 
@@ -51,8 +51,8 @@ def finish_order(spec: SweepSpec) -> list[str]:
 
 def test_in_rounds_trained_trials_finishing_in_opposite_orders_give_the_same_sweep(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    wide_last = trained_in_rounds(tmp_path / "wide_last", 1.5, 1.0)
-    wide_first = trained_in_rounds(tmp_path / "wide_first", 6.0, -1.0)
+    wide_last = trained_in_rounds(tmp_path / "wide_last", "ascending")
+    wide_first = trained_in_rounds(tmp_path / "wide_first", "descending")
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     try:
         for spec in (wide_last, wide_first):
