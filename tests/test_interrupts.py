@@ -115,16 +115,27 @@ def stopped_cleanly(spec: SweepSpec, code: int, out: str, expected_code: int, *f
 # ---- 1. SIGINT / SIGTERM to the driver, and a Tune state a full disk cut short -----------------------------
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.parametrize("signum,cut", [(signal.SIGINT, "truncated"), (signal.SIGTERM, "missing")],
+@pytest.mark.parametrize("signum,cut,second", [(signal.SIGINT, "truncated", []),
+                                               (signal.SIGTERM, "missing", ["--resume"])],
                          ids=["SIGINT-truncated", "SIGTERM-missing"])
 def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once_from_any_state(tmp_path, ray_dir,
-                                                                                          signum, cut):
-    """Either signal stops a running sweep in one line, the trials finished so far kept. Then its Tune experiment
+                                                                                          signum, cut, second):
+    """A second driver of a running sweep (with or without --resume) exits 2 in one line naming the first. Either
+    signal stops the running sweep in one line, the trials finished so far kept. Then its Tune experiment
     state and searcher pickle are damaged as a disk filling up during Tune's in-place copy leaves them (cut to
     half their bytes or to none, the files taking turns) or gone, where --resume used to say the state was damaged
-    and could not continue the stage: it resumes from the last readable copy, every trial logged once."""
-    spec = small_sweep(tmp_path / "sweep")
-    driver = running(spec, ray_dir, trials=6)
+    and could not continue the stage: it resumes from the last readable copy, every trial logged once, and the
+    sweep's lock is released."""
+    hold = tmp_path / "hold"
+    hold.touch()  # no trial ends while the second driver tries
+    spec = small_sweep(tmp_path / "sweep", {"hold": str(hold)})
+    driver = running(spec, ray_dir, trials=0)  # its banner: it holds the lock and runs
+    refused = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", spec.source, *second],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and f"already being run by pid {driver.process.pid}" in refused.stderr
+    hold.unlink()
+    assert driver.wait_for("[search ", 6), "".join(driver.output)
     driver.process.send_signal(signum)
     code, out = run_to_end(driver, timeout_s=120)
     name = signal.Signals(signum).name
@@ -138,6 +149,7 @@ def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once_from_
         else:
             path.write_bytes(path.read_bytes()[:path.stat().st_size // 2 if n % 2 else 0])
     resume_and_check_each_trial_once(spec, ray_dir, held)
+    assert not (Path(spec.placement.storage) / spec.name / LOCK_FILE).exists()
 
 
 # ---- 1b. a signal in the first seconds: imports, the spec, Ray's start --------------------------------------
@@ -264,6 +276,7 @@ def test_the_console_exit_skips_native_exit_handlers_and_keeps_what_a_python_exi
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.waits
 def test_signals_while_ray_starts_and_once_the_sweep_runs_leave_it_resumable(tmp_path, ray_dir):
     """Ray's start replaces the SIGTERM handler with sys.exit(15), then a C++ one that aborts
     (exit -6 and a stack dump); a signal there is still one line and 130/143. Then a signal once the banner is
@@ -296,6 +309,7 @@ def test_signals_while_ray_starts_and_once_the_sweep_runs_leave_it_resumable(tmp
 # ---- 2. the store stops taking writes for a while ----------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.waits
 def test_a_store_that_refuses_writes_stops_the_sweep_in_one_line_and_resume_logs_the_rest(tmp_path, ray_dir):
     """Another program holds the sqlite store's write lock (BEGIN EXCLUSIVE) past MLflow's 20 s busy timeout."""
     spec = small_sweep(tmp_path / "sweep")
@@ -456,23 +470,7 @@ def test_a_receipt_the_disk_refused_rides_on_the_trials_run_and_resume_writes_it
     assert sorted(p.name for p in (small_disk / "receipts").iterdir()) == [Path(receipt.path).name]
 
 
-# ---- 4. two drivers of one sweep -------------------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.integration
-def test_a_second_driver_of_a_running_sweep_exits_2_naming_the_first(tmp_path, ray_dir):
-    spec = small_sweep(tmp_path / "sweep")
-    first = running(spec, ray_dir, trials=0)  # its banner: it holds the lock and runs
-    for resume in ([], ["--resume"]):
-        second = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", spec.source, *resume],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2, second.stderr
-        assert second.stderr.count("\n") == 1 and f"already being run by pid {first.process.pid}" in second.stderr
-    code, out = run_to_end(first)
-    assert code == 0, out[-3000:]
-    assert sorted(r.data.tags["trial_key"] for r in trial_runs(spec)) == planned(spec)  # each once, not twice
-    assert not (Path(spec.placement.storage) / spec.name / LOCK_FILE).exists()  # released
-
-
+# ---- 4. a sweep's lock (a second driver of a running sweep: test 1) -------------------------------------------
 def test_a_lock_left_by_a_dead_driver_is_broken_and_a_live_one_is_not(tmp_path):
     folder = tmp_path / "sweep"
     gone = subprocess.Popen(["true"])
