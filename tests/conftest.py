@@ -23,9 +23,11 @@ def testing_aids(monkeypatch):
 
 
 def pytest_collection_modifyitems(items):
-    """Modules holding sweeps, servers or a browser (tests marked slow, integration or browser) run first, each
+    """Tests marked ``waits`` run first (all on the first worker: xdist hands each worker a contiguous third of
+    the list), their waits beside the other workers' CPU instead of in the last minute with nothing beside them.
+    Then modules holding sweeps, servers or a browser (tests marked slow, integration or browser), each
     module's tests kept together and in order: the workers then end on quick tests, which balance their last
     minutes, instead of one worker finishing a two-minute sweep while the others wait."""
     heavy = {item.module.__name__ for item in items
              if any(item.get_closest_marker(m) for m in ("slow", "integration", "browser"))}
-    items.sort(key=lambda item: item.module.__name__ not in heavy)
+    items.sort(key=lambda item: (not item.get_closest_marker("waits"), item.module.__name__ not in heavy))

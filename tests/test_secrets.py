@@ -158,6 +158,7 @@ def connect(address: str, home: Path, token: str | None) -> subprocess.Popen:
 
 
 @pytest.mark.integration
+@pytest.mark.waits
 def test_the_local_ray_a_sweep_starts_refuses_clients_without_its_token(tmp_path, ray_dir, monkeypatch):
     """Ray's servers listen on every interface (Ray's choice, not ours to change), so the local Ray that
     ``loopscale search`` starts must refuse anyone without its token, at the machine's own address too."""
