@@ -12,7 +12,8 @@ spec hash. The trial config carries them under one key, ``testing``:
   while some are running, as with real training.
 * ``journal``: a JSONL file; every execution appends ``{"event": "start" | "end", "budget_flops", "r", "s",
   "pid", "time"}`` (one ``write`` of one line with O_APPEND, so concurrent trials on one machine do not
-  interleave). It counts how often each trial really ran.
+  interleave). It counts how often each trial really ran. With ``end_order`` the searcher adds a "proposed"
+  event for each trial it proposes (its pid the driver's).
 * ``faults``: in the spec ``{"<cell key>/s=<s>": action}``, in the trial config ``{"<s>": action}`` for the
   trial's cell (s written with ``%g``); the trial at that width ``raise``\\ s a RuntimeError, returns ``nan``
   as its loss with status "ok" (an objective that does not catch its own divergence), dies by ``sigkill`` of
@@ -229,7 +230,7 @@ def _in_order(trial: TrialConfig, aids: Mapping[str, Any]) -> None:
     ``END_GAP_S`` after the last end."""
     if not aids.get("end_order"):
         return
-    sign = 1 if aids["end_order"] == "ascending" else -1
+    descending = aids["end_order"] == "descending"
     place = (trial.s, trial.budget_flops, trial.r)
     deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
     while True:
@@ -237,7 +238,7 @@ def _in_order(trial: TrialConfig, aids: Mapping[str, Any]) -> None:
         open_ = Counter()
         for e in entries:
             open_[(e["s"], e["budget_flops"], e["r"])] += {"proposed": 1, "end": -1}.get(e["event"], 0)
-        first = sorted(k for k, n in open_.items() if n > 0 and (k > place if sign < 0 else k < place))
+        first = sorted(k for k, n in open_.items() if n > 0 and (k > place if descending else k < place))
         if not first:
             break
         if time.monotonic() > deadline:
