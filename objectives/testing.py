@@ -101,10 +101,8 @@ def parse_aids(table: dict[str, Any], widths: dict[str, tuple[float, ...]], obje
     for key in ("fill_disk", "hold", "hold_end"):
         require(table.get(key) is None or isinstance(table[key], str),
                 f"[testing] {key} must be a path, got {table.get(key)!r}")
-    aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous,
+    aids: dict[str, Any] = {"delay_s": float(delay_s), "rendezvous": rendezvous, "end_order": order,
                             "faults": _parse_faults(faults, widths, journal is not None)}
-    if order is not None:
-        aids["end_order"] = order
     for key in ("journal", "hold", "hold_end", "fill_disk"):
         if table.get(key) is not None:
             aids[key] = str(os.path.abspath(os.path.expanduser(table[key])))  # trials run in other directories

@@ -130,8 +130,7 @@ def test_a_signal_stops_the_sweep_cleanly_and_resume_logs_every_trial_once_from_
     hold.touch()  # no trial ends while the second driver tries
     spec = small_sweep(tmp_path / "sweep", {"hold": str(hold)})
     driver = running(spec, ray_dir, trials=0)  # its banner: it holds the lock and runs
-    refused = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "search", spec.source, *second],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    refused = loopscale("search", spec.source, *second, cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.count("\n") == 1 and f"already being run by pid {driver.process.pid}" in refused.stderr
     hold.unlink()
