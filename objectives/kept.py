@@ -5,13 +5,13 @@ The file is ``torch.save`` of ``{"format": FORMAT, "trial": TrialConfig.to_param
 (``TrialConfig.model_config``), its architecture (the built-in or the spec's own factory, with its options) and
 the validation data. ``read_file`` gives the trial config as the file holds it, unbuilt: building it
 (``TrialConfig.from_params``) measures the architecture it names, which imports and runs that code, so only a
-file shown to be its run's own (search/models.py) is built. ``rebuild`` builds the module through the architecture's factory and loads the weights
-strictly; given another recurrence count ``r`` it builds the factory at ``config.r = r`` (the evaluation
-contract, docs/own_architecture.md), and a module that cannot take it (its parameters' names or shapes depend on
-r, or the config refuses that r) is refused in one line. At r = 1 the factory gets the plain stack's config
-(injection "none", as a sweep's r = 1 cells do); the built-in's loop (``LoopedConfig.any_depth``) also runs
-once, at r = 1, the one count no config of its weights expresses. An evaluation runs the shared block r times
-over the validation rows, so r is bounded by ``MAX_EVAL_R``.
+file shown to be its run's own (search/models.py) is built. ``rebuild`` builds the module through the
+architecture's factory and loads the weights strictly; given another recurrence count ``r`` it builds the factory
+at ``config.r = r`` (the evaluation contract, docs/own_architecture.md), and a module that cannot take it (its
+parameters' names or shapes depend on r, or the config refuses that r) is refused in one line. At r = 1 the
+factory gets the plain stack's config (injection "none", as a sweep's r = 1 cells do); the built-in's loop
+(``LoopedConfig.any_depth``) also runs once, at r = 1, the one count no config of its weights expresses. An
+evaluation runs the shared block r times over the validation rows, so r is bounded by ``MAX_EVAL_R``.
 """
 
 from __future__ import annotations
