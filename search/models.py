@@ -87,12 +87,15 @@ def load_model(run: Any, tracking_uri: str | None = None, r: int | None = None) 
 
 
 def download_model(client: MlflowClient, run: Any) -> bytes:
-    """The bytes of ``run``'s artifact ``model.pt``; ValueError in one line for a run that holds no kept model.
-    The path is loopscale's own, not the tag's value: a tag can be rewritten to name another run's artifact."""
+    """The bytes of ``run``'s artifact ``model.pt``; ValueError in one line for a run that holds no kept model, or
+    none any more (its file deleted). The path is loopscale's own, not the tag's value: a tag can be rewritten to
+    name another run's artifact."""
     tags = run.data.tags
     if not tags.get(KEPT_TAG):
         raise ValueError(f"run {run.info.run_id} holds no kept model ({tags.get('status', 'no status')}; "
                          "[resources] keep_models keeps the best trial of each cell by default)")
+    if MODEL_FILE not in {artifact.path for artifact in client.list_artifacts(run.info.run_id)}:
+        raise ValueError(f"run {run.info.run_id} is tagged {KEPT_TAG} but holds no artifact {MODEL_FILE}")
     os.environ.setdefault(PROGRESS_BAR, "false")  # else MLflow draws a bar on stderr for every download
     with tempfile.TemporaryDirectory(prefix="loopscale-model-") as tmp:
         return Path(client.download_artifacts(run.info.run_id, MODEL_FILE, tmp)).read_bytes()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,6 +169,18 @@ def test_evaluate_skips_a_truncated_file_in_one_line_and_evaluates_the_rest(tmp_
     assert "val_loss_r1" not in trial_numbers(client.get_run(run_ids[2]))
 
 
+def test_evaluate_skips_a_run_whose_file_is_gone_in_one_line(tmp_path, files, capsys):
+    from urllib.parse import urlparse
+
+    spec, client, run_ids = kept_store(tmp_path, files)
+    (Path(urlparse(client.get_run(run_ids[1]).info.artifact_uri).path) / "model.pt").unlink()
+    code, out, err = evaluate(spec, capsys, "2")
+    assert code == 0 and [line for line in err if "skipped" in line] == [
+        f"loopscale: search C=4e+09 r=1 d=32: skipped: run {run_ids[1]} is tagged loopscale.model but holds no "
+        "artifact model.pt"], err
+    assert "val_loss_r2" in trial_numbers(client.get_run(run_ids[2]))
+
+
 @pytest.mark.parametrize("recurrences", ["99999999999999999999", "1e20", f"2,{MAX_EVAL_R + 1}"])
 def test_evaluate_refuses_a_recurrence_count_beyond_its_bound_in_one_line(tmp_path, files, capsys, recurrences):
     spec, client, run_ids = kept_store(tmp_path, files)
@@ -185,7 +198,11 @@ def test_load_model_takes_a_whole_r_or_none_for_the_trained_one(tmp_path, files)
     assert trained.r == 2 and trained.validation_loss() == pytest.approx(files[2][1]["val_loss"], abs=1e-6)
     deeper = load_model(run_ids[2], uri, r=4)
     assert deeper.r == 4 and deeper.module.config.r == 4
+    passes, block_runs = [], []
+    deeper.module.prelude[0].register_forward_hook(lambda *_: passes.append(1))
+    deeper.module.core[0].register_forward_hook(lambda *_: block_runs.append(1))
     assert deeper.validation_loss() == pytest.approx(trained.validation_loss(r=4), abs=1e-6)
+    assert len(passes) >= 1 and len(block_runs) == 4 * len(passes)  # its module runs the block 4 times
     assert deeper.validation_loss(r=2) == pytest.approx(trained.validation_loss(), abs=1e-6)
     for r in (2.5, "2", True, 0, 10**20):
         message = f"^r must be a whole number of recurrences from 1 to {MAX_EVAL_R:,}, got {r!r}$"
