@@ -9,7 +9,7 @@ still load where it was named); ``KeptModel.at(r)`` rebuilds it at another recur
 
 Only what the run itself records is built. Building a trial config measures, and so imports and runs, the
 architecture it names, and an artifact is a file anyone with write access to the store can replace; so the
-file's trial config must be the run's own before anything is built from it (``own_model``): its architecture
+file's trial config must be the run's own before anything is built from it (``own_params``): its architecture
 exactly the run's param ``template.architecture``, every other setting its logged param, and its bytes those
 whose sha256 the run recorded when it was kept (runs kept before the digest was recorded have only the config
 to show). A file that fails is a ``ForeignModel``: one line naming the run's value and the file's, nothing
