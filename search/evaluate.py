@@ -6,7 +6,9 @@ evaluated on its trial's validation rows by the trial's own evaluation (``object
 and the loss added to its run's numbers (``store.NUMBERS_TAG``) as ``val_loss_r{r_eval}`` (nats per token;
 ``val_loss_r{r}`` at the trained r reproduces its ``val_loss``). A module with ``loopscale_metrics()`` has those
 added too, as ``module.<name>_r{r_eval}``. An architecture that cannot run an r (its weights depend on r, or its
-config refuses it) is one line per run and r on stderr, and nothing is logged for that r.
+config refuses it) is one line per run and r on stderr, and nothing is logged for that r. Every run's file is
+checked to be its own (search/models.py) before any evaluation: one that is not stops the command in one line,
+nothing imported or logged; a damaged one (truncated, unreadable) is one line naming its run, which is skipped.
 """
 
 from __future__ import annotations
@@ -18,20 +20,24 @@ from loopscale.objectives.trial import module_metrics
 
 
 def parse_recurrences(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4]: whole numbers >= 1, each once; a ValueError line for anything else."""
+    """``"1,2,4"`` -> [1, 2, 4]: whole numbers from 1 to ``kept.MAX_EVAL_R``, each once; a ValueError line for
+    anything else."""
+    from loopscale.objectives.kept import MAX_EVAL_R
+
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
         values = []
-    if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
-        raise ValueError(f"--r must list distinct whole recurrence counts >= 1, like 1,2,4,8; got {text!r}")
+    if not values or any(not 1 <= v <= MAX_EVAL_R for v in values) or len(set(values)) != len(values):
+        raise ValueError(f"--r must list distinct whole recurrence counts from 1 to {MAX_EVAL_R:,}, like 1,2,4,8; "
+                         f"got {text!r}")
     return values
 
 
 @dataclass
 class Evaluated:
     """One kept model's evaluation: its run, cell and trained r, the loss at each r it could run, and why not
-    at the others."""
+    at the others; or why its file was ``damaged`` and the run skipped."""
 
     run_id: str
     name: str
@@ -39,13 +45,15 @@ class Evaluated:
     r: int
     losses: dict[int, float] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)
+    damaged: str = ""
 
 
 def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
                   device: str = "cpu", threads: int = 0) -> list[Evaluated]:
     """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
     numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
-    evaluation, for an experiment without kept models or an architecture that no longer loads."""
+    evaluation, for an experiment without kept models, an architecture that no longer loads or a file that is not
+    its run's own."""
     import torch
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
@@ -54,7 +62,7 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
     from loopscale.model.architecture import factory
     from loopscale.objectives.training import validation_loss
 
-    from .models import load_model
+    from .models import check_files, load_model
     from .tracking import KEPT_TAG
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -71,13 +79,19 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
         name = run.data.params.get("template.architecture")
         if name:
             factory(name)
+    damaged = check_files(client, kept)
     if threads:
         torch.set_num_threads(threads)
     done = []
     for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
+        name, cell = run.info.run_name or run.info.run_id, run.data.tags.get("cell", "")
+        if run.info.run_id in damaged:
+            r = run.data.params.get("r", "")
+            done.append(Evaluated(run.info.run_id, name, cell, int(r) if r.isdigit() else 0,
+                                  damaged=damaged[run.info.run_id]))
+            continue
         model = load_model(run, uri)
-        entry = Evaluated(run.info.run_id, run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""),
-                          model.trial.r)
+        entry = Evaluated(run.info.run_id, name, cell, model.trial.r)
         metrics: dict[str, float] = {}
         for r in recurrences:
             try:
@@ -104,5 +118,9 @@ def render(evaluated: list[Evaluated], recurrences: list[int]) -> list[str]:
 
 
 def refusals(evaluated: list[Evaluated]) -> list[str]:
-    """The one line of each (run, r) that could not be evaluated."""
-    return [f"{e.name}: {reason}" for e in evaluated for reason in e.refused.values()]
+    """The one line of each (run, r) that could not be evaluated, and of each run skipped for its damaged file."""
+    lines = []
+    for e in evaluated:
+        lines += [f"{e.name}: skipped: {e.damaged}"] if e.damaged else []
+        lines += [f"{e.name}: {reason}" for reason in e.refused.values()]
+    return lines

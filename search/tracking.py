@@ -13,7 +13,7 @@ Layout (``analysis`` reads exactly this):
   disk refused carries it in tags ``loopscale.receipt.0``, ``.1``, ... (pieces of MLflow's tag length limit),
   for ``--resume`` to write it back (``tune.receipts.restore_receipts``). A trial whose trained model is kept
   (``[resources] keep_models``, search/tune/keep.py) holds it as the artifact ``model.pt``, tagged
-  ``loopscale.model``.
+  ``loopscale.model`` and, with the file's sha256, ``loopscale.model.sha256``.
 
 Idempotent by ``trial_key`` so a killed and resumed sweep ends with exactly one run per trial, under the one
 sweep run of the store it logs to (``TrialTracker.open``): a trial whose run already FINISHED (or FAILED) is
@@ -31,6 +31,7 @@ the first curve points, ``flush_s`` after the trial starts, or with the result),
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import itertools
 import json
 import math
@@ -69,6 +70,7 @@ PARENT_TAG = "loopscale.sweep_run"
 CURVE_KEYS = ("train_loss",)  # what a training report carries besides its step
 RECEIPT_TAG = "loopscale.receipt"  # + ".<i>": the pieces of a receipt the disk refused (TrialTracker.finish)
 KEPT_TAG = "loopscale.model"  # a trial run that holds its trained model: the artifact's path (loopscale.load_model)
+KEPT_DIGEST_TAG = "loopscale.model.sha256"  # the sha256 of the file kept, which load_model checks the artifact against
 RESUMED_TAG = "loopscale.resumed_from_step"  # the step a checkpointed trial's last resume started from
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
@@ -458,10 +460,12 @@ class TrialTracker:
 
     def keep_model(self, key: str, path: str) -> None:
         """Upload a finished trial's model file ``path`` as its run's artifact (replacing one uploaded before
-        under the same name) and tag the run ``KEPT_TAG`` with the artifact's path (search/tune/keep.py)."""
+        under the same name) and tag the run ``KEPT_TAG`` with the artifact's path and ``KEPT_DIGEST_TAG`` with
+        the file's sha256 (search/tune/keep.py)."""
         run_id = self._done[key][0]
         self._client.log_artifact(run_id, path)
-        self._client.set_tag(run_id, KEPT_TAG, Path(path).name)
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        self._client.log_batch(run_id, tags=[RunTag(KEPT_DIGEST_TAG, digest), RunTag(KEPT_TAG, Path(path).name)])
 
     def carried_receipts(self, prefix: str = "") -> list[str]:
         """The receipts the FINISHED runs read by ``open`` carry (``finish``), of trial keys starting with

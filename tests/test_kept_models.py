@@ -11,7 +11,7 @@ import pytest
 
 from loopscale.analysis.store import trial_numbers
 from loopscale.objectives import TrialConfig, train
-from loopscale.objectives.kept import read_kept, rebuild
+from loopscale.objectives.kept import read_file, rebuild
 from loopscale.objectives.training import validation_loss
 from loopscale.objectives.trial import module_metrics
 from loopscale.search import SweepSpec
@@ -68,6 +68,12 @@ def test_a_stage_keeps_each_cells_best_every_ok_trial_or_none():
     assert kept_keys(tied, "best") == {"s/a/1"}
 
 
+def kept(data: bytes) -> tuple[TrialConfig, dict]:
+    """The trial and weights of a model file this test made (a file of its own, trusted: nothing to check)."""
+    params, weights = read_file(data, "the file")
+    return TrialConfig.from_params(params), weights
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A d = 32, r = 2 trial trained to 4e9 FLOPs, with the model file it handed to ``keep``."""
@@ -82,7 +88,8 @@ def trained(tmp_path_factory):
 def test_a_kept_model_reproduces_its_trials_validation_loss(trained):
     trial, metrics, files = trained
     assert metrics["status"] == "ok" and len(files) == 1
-    kept_trial, weights = read_kept(files[0], "the file")
+    params, weights = read_file(files[0], "the file")
+    kept_trial = TrialConfig.from_params(params)
     assert kept_trial == trial
     assert validation_loss(rebuild(kept_trial, weights), kept_trial, "cpu") == pytest.approx(metrics["val_loss"],
                                                                                               abs=1e-6)
@@ -90,7 +97,7 @@ def test_a_kept_model_reproduces_its_trials_validation_loss(trained):
 
 def test_the_built_in_runs_its_trained_block_more_or_fewer_times(trained):
     trial, metrics, files = trained
-    kept_trial, weights = read_kept(files[0], "the file")
+    kept_trial, weights = kept(files[0])
     deeper = rebuild(kept_trial, weights, r=4)
     assert deeper.config.r == 4 and deeper.config.n_recur == trial.model_config.n_recur
     passes, block_runs = [], []
@@ -153,18 +160,20 @@ def test_a_modules_own_metrics_are_returned_by_its_trial_and_measured_at_any_r(t
     files: list[bytes] = []
     metrics = train(trial, keep=files.append)
     assert metrics["status"] == "ok" and metrics["module.recurrences"] == 2.0 and math.isfinite(metrics["module.gate"])
-    kept_trial, weights = read_kept(files[0], "the file")
+    kept_trial, weights = kept(files[0])
     assert module_metrics(rebuild(kept_trial, weights, r=3)) == {"module.gate": metrics["module.gate"],
                                                                   "module.recurrences": 3.0}
-    with pytest.raises(ValueError, match=r"^cannot evaluate at r=1: r = 1 is a plain transformer"):
-        rebuild(kept_trial, weights, r=1)  # only the built-in's own loop runs once
+    # the factory is asked at r = 1 (a plain stack's config); this module's r = 1 has no injection to take
+    with pytest.raises(ValueError, match=r"^cannot evaluate at r=1: the module built at r=1 does not take the "
+                                         r"weights trained at r=2 \(Unexpected key\(s\) in state_dict: \"inject"):
+        rebuild(kept_trial, weights, r=1)
     with pytest.raises(ValueError, match="^loopscale_metrics\\(\\) must return numbers, got 'open' for 'gate'"):
         module_metrics(type("M", (), {"loopscale_metrics": lambda self: {"gate": "open"}})())
 
 
 def test_a_file_that_is_no_model_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="^x.pt is not a loopscale model file"):
-        read_kept(b"not a model", "x.pt")
+        read_file(b"not a model", "x.pt")
 
 
 @pytest.mark.integration
@@ -226,7 +235,7 @@ def test_a_sweep_keeps_each_cells_best_model_which_reloads_and_evaluates_at_ever
     assert len(depth_figure(depth).axes[0].lines) == 1
 
     assert main(["evaluate", spec.name, "--r", "2,x", "--tracking-uri", spec.placement.tracking_uri]) == 2
-    assert "--r must list distinct whole recurrence counts" in capsys.readouterr().err
+    assert "--r must list distinct whole recurrence counts from 1 to 1,024" in capsys.readouterr().err
 
 
 def test_analyze_tabulates_and_plots_the_evaluations_at_other_r(tmp_path, capsys):
@@ -307,7 +316,7 @@ def test_evaluate_refuses_bad_input_in_one_line_before_any_work(tmp_path, capsys
     run = client.create_run(experiment, tags={"loopscale.kind": "trial", KEPT_TAG: "model.pt"})
     client.log_param(run.info.run_id, "template.architecture", f"{tmp_path}/gone.py:build")
     capsys.readouterr()  # MLflow's own lines as it creates the store
-    for argv, message in ((["gone", "--r", "0,2"], "--r must list distinct whole recurrence counts >= 1"),
+    for argv, message in ((["gone", "--r", "0,2"], "--r must list distinct whole recurrence counts from 1 to"),
                           (["missing", "--r", "2"], "no experiment 'missing' in the MLflow store"),
                           (["gone", "--r", "2"], f"architecture '{tmp_path}/gone.py:build'")):
         assert main(["evaluate", *argv, "--tracking-uri", uri]) == 2

@@ -4,8 +4,9 @@ has ended. No Ray.
 Each training trial that ends "ok" saves its model file (objectives/kept.py) in the stage's folder of models
 (``receipts.model_file``) before its receipt, so every finished trial has one. When the stage ends, every cell is
 complete and its best trial known: the driver uploads the kept ones (``kept_keys``: "best", each cell's lowest
-``val_loss``; "all", every "ok" trial) as the artifact ``model.pt`` of the trial's run, tagged ``KEPT_TAG``
-(``TrialTracker.keep_model``), and only then deletes the stage's files. A crash in between loses nothing: on
+``val_loss``; "all", every "ok" trial) as the artifact ``model.pt`` of the trial's run, tagged ``KEPT_TAG`` and
+``KEPT_DIGEST_TAG``, the file's sha256, which ``load_model`` checks the artifact against (``TrialTracker.keep_model``,
+search/models.py), and only then deletes the stage's files. A crash in between loses nothing: on
 resume the stage ends again, the files still there are uploaded again to the same artifact path (replacing, not
 adding, a copy) and then deleted; a kept file is never deleted before its upload.
 """
