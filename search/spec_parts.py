@@ -338,7 +338,9 @@ class Rungs:
         steps even at the narrowest width (the cheapest per token: if it does, every width does)."""
         top = max(grid.budgets)
         for budget in budgets:
-            require(math.isfinite(budget) and budget > top,
+            require(math.isfinite(budget), f"{what} {budget:g} is not a FLOP count: a rung trains a model of a finite "
+                                           "budget")
+            require(budget > top,
                     f"{what} {budget:.3g} FLOPs is not above the sweep's largest budget {top:.3g}: a rung checks "
                     "the law beyond the budgets it was fitted on")
             for r in grid.recurrences:
