@@ -232,8 +232,9 @@ def _validate(args: argparse.Namespace) -> int:
     from loopscale.analysis.store import resolve_tracking_uri
     from loopscale.analysis.validation import lines
 
-    from .validate import achieved_table, plan_rungs, ran_spec
+    from .validate import achieved_table, check_request, plan_rungs, ran_spec
 
+    check_request(args.budgets, args.recurrences)  # before the sweep is read: bad input is one line at once
     spec = ran_spec(args.experiment, resolve_tracking_uri(args.tracking_uri))
     from .tune.driver import SweepState, run_search  # imports Ray (~2 s): only once the spec is known to be good
 

@@ -89,20 +89,27 @@ def rungs_trained(spec: SweepSpec) -> bool:
                                                                      sorted(spec.grid.recurrences))
 
 
+def check_request(budgets: list[float], recurrences: list[int] | None) -> None:
+    """One line for rungs asked for that no sweep could plan: a budget or r named twice (a rung is one trial), a
+    budget that is no FLOP count; ``loopscale validate`` asks this before it reads the sweep."""
+    for flag, values in (("--budget", budgets), ("--r", recurrences or [])):
+        twice = sorted(v for v in set(values) if values.count(v) > 1)
+        if twice:
+            raise ValueError(f"{flag} lists {twice[0]:g} twice; each rung is one trial, so name each once")
+    Rungs.finite(budgets, "--budget")
+
+
 def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | None = None,
                recipe: dict[str, Any] | None = None) -> RungPlan:
     """The rungs at ``budgets`` x ``recurrences`` (default: the sweep's r's) under the law fitted to the sweep's
     runs in MLflow (analyze's default fit); the saved plan where the same rungs were planned before. ``recipe``:
     the recipe the search trained with (default: read back, ``search_recipe``). One-line ValueError for rungs
-    that cannot be planned: a budget or r named twice, a budget not above the sweep's, a model that cannot be
+    that cannot be planned: those of ``check_request``, a budget not above the sweep's, a model that cannot be
     built, other rungs planned before."""
     from loopscale.analysis.fit import fit_joint_law
     from loopscale.analysis.runs import load_runs, usable_runs
 
-    for flag, values in (("--budget", budgets), ("--r", recurrences or [])):  # a rung is one run: once each
-        twice = sorted(v for v in set(values) if values.count(v) > 1)
-        if twice:
-            raise ValueError(f"{flag} lists {twice[0]:g} twice; each rung is one trial, so name each once")
+    check_request(budgets, recurrences)
     recurrences = sorted(recurrences or spec.grid.recurrences)
     unknown = [r for r in recurrences if r not in spec.grid.recurrences]
     if unknown:
