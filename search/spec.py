@@ -153,8 +153,8 @@ class SweepSpec:
         simulation = Simulation.parse(t)
         sampling = Sampling.parse(t)
         resources = Placement.parse_resources(t)
-        uses_data = objective == "train" or bool(t.table("calibrate"))  # else [recipe] is never read, [data] only
-        # for its vocabulary
+        # a simulated sweep without a calibration never reads [recipe], and [data] only for its vocabulary
+        uses_data = objective == "train" or bool(t.table("calibrate"))
         training = Training.parse(t, raw, uses_data, grid.template)
         placement = Placement.parse(t, resources)
         if uses_data:
