@@ -17,8 +17,8 @@ Checks (every failure is a ValueError of one line, the URI's password shown as `
   only reads refuses it, since MLflow would otherwise build its schema, writing where the user meant to read.
   Other programs' databases and corrupted files are refused (MLflow would fail deep inside SQLAlchemy, or add
   its tables to someone else's database). Checked read-only: the check writes nothing.
-* http(s): the server's ``/health`` must answer HTTP 200 within a few seconds (MLflow's own client retries
-  for minutes).
+* http(s): the server's ``/health`` must answer HTTP 200, and a read of its experiments no server error, each
+  within a few seconds (MLflow's own client retries for minutes).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ DEFAULT_STORAGE = "tune"  # the search's Tune storage, under DEFAULT_RUN_DIR unl
 # ``<storage>/<sweep>/driver.lock``: JSON {host, pid, process_start, since} of the one driver running the sweep
 LOCK_FILE = "driver.lock"
 HEALTH_TIMEOUT_S = 5.0
+API_PROBE = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest read of a server's own store
 PAGE_SIZE = 1000
 # the metric names objectives/trial.py (BRANCH_KEYS) gives a warmdown branch's values (analysis does not import
 # objectives): the trial run's metrics in the store, the runs table's columns after reading
@@ -220,21 +221,33 @@ def sqlite_tables(path: Path) -> set[str]:
 
 
 def check_server(uri: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
-    """An MLflow server must answer ``/health`` with HTTP 200. Asked without the URI's credentials: /health
-    needs no login, and they travel in MLFLOW_TRACKING_USERNAME/PASSWORD anyway."""
-    health = without_credentials(uri).rstrip("/") + "/health"
+    """An MLflow server must answer ``/health`` with HTTP 200, and a read of its API (``API_PROBE``) with no
+    server error: a server whose own store fails answers /health and HTTP 500 to every call, which MLflow's client
+    retries for minutes before it says a word. Both are asked without the URI's credentials: /health needs no
+    login, they travel in MLFLOW_TRACKING_USERNAME/PASSWORD anyway, and the API's refusal of a login it lacks
+    (HTTP 401 or 403) says the server runs."""
+    status = _status(uri, "/health", timeout_s)
+    if status != 200:
+        raise ValueError(f"tracking server {redact(uri)} answered /health with HTTP {status}")
+    status = _status(uri, API_PROBE, timeout_s)
+    if status >= 500:
+        raise ValueError(f"tracking server {redact(uri)} answers /health but failed a read of its experiments with "
+                         f"HTTP {status} (its own store failing?)")
+
+
+def _status(uri: str, path: str, timeout_s: float) -> int:
+    """The HTTP status the server at ``uri`` answers ``path`` with; one line for a server that cannot be reached
+    or answers no HTTP."""
     try:
-        with urllib.request.urlopen(health, timeout=timeout_s) as reply:
-            status = reply.status
+        with urllib.request.urlopen(without_credentials(uri).rstrip("/") + path, timeout=timeout_s) as reply:
+            return reply.status
     except urllib.error.HTTPError as exc:
-        status = exc.code
+        return exc.code
     except (urllib.error.URLError, OSError) as exc:
         raise ValueError(f"tracking server {redact(uri)} is unreachable: {getattr(exc, 'reason', exc)}") from None
     except http.client.HTTPException:  # a database's or Ray's port, say: it answers, but not in HTTP
-        raise ValueError(f"tracking server {redact(uri)} answered /health with something that is not HTTP "
+        raise ValueError(f"tracking server {redact(uri)} answered {path} with something that is not HTTP "
                          "(another service's port?)") from None
-    if status != 200:
-        raise ValueError(f"tracking server {redact(uri)} answered /health with HTTP {status}")
 
 
 def runs_query(kind: str, **tags: str) -> str:

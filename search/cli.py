@@ -230,22 +230,20 @@ def add_validate(subparsers: argparse._SubParsersAction) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     from loopscale.analysis.store import resolve_tracking_uri
-    from loopscale.analysis.tracking import read_sweep_spec
     from loopscale.analysis.validation import lines
 
-    from .spec import SweepSpec
-    from .tracking import find_parent_run
-    from .validate import achieved_table, plan_rungs
+    from .validate import achieved_table, check_request, plan_rungs, ran_spec
 
-    uri = resolve_tracking_uri(args.tracking_uri)
-    raw = read_sweep_spec(args.experiment, uri) if find_parent_run(uri, args.experiment) is not None else None
-    if raw is None:
-        raise ValueError(f"no sweep {args.experiment!r} with its spec in the MLflow store {uri}; "
-                         "run `loopscale search` first (or pass --tracking-uri)")
-    spec = SweepSpec.from_dict({**raw, "tracking_uri": uri}, source=args.experiment)
+    check_request(args.budgets, args.recurrences)  # before the sweep is read: bad input is one line at once
+    spec = ran_spec(args.experiment, resolve_tracking_uri(args.tracking_uri))
     from .tune.driver import SweepState, run_search  # imports Ray (~2 s): only once the spec is known to be good
 
-    if not (SweepState(spec.placement.storage, spec.name).load() or {}).get("complete"):
+    state = SweepState(spec.placement.storage, spec.name)
+    saved = state.load()
+    if saved is None:  # a sweep logged before its storage was recorded, validated from another folder
+        raise ValueError(f"no Tune state of sweep {spec.name!r} at {state.path}; run `loopscale validate` in the "
+                         "folder its search ran in")
+    if not saved.get("complete"):
         raise ValueError(f"sweep {spec.name!r} is not complete in {spec.placement.storage}; finish it first "
                          "(`loopscale search SPEC --resume`), then validate it")
     plan = plan_rungs(spec, args.budgets, args.recurrences)

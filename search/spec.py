@@ -62,6 +62,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class SweepSpec:
     placement: Placement
     rungs: Rungs = field(default_factory=Rungs)  # [validate]: the rungs the sweep ends with (search/validate.py)
     source: str = field(default="", compare=False)  # where it was read from, for messages
+    # the folder its relative paths ([template] architecture) were resolved against: the spec file's
+    folder: str = field(default="", compare=False)
     text: str = field(default="", compare=False, repr=False)  # the TOML as written, for the artifact
     # the [testing] table of loopscale's own tests (objectives/testing.py); not part of the design or its hash
     testing: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -131,9 +134,11 @@ class SweepSpec:
             raise ValueError(f"{file.name}: {exc}") from None
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>", text: str = "") -> "SweepSpec":
-        """Validate a parsed spec; relative paths are resolved against the current directory. Each part checks
-        its own keys; the checks across parts follow."""
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "<dict>", text: str = "",
+                  folder: str | os.PathLike | None = None) -> "SweepSpec":
+        """Validate a parsed spec. A relative architecture file is resolved against ``folder`` (default: the
+        folder of the file ``source`` names, else the current directory), a relative storage or cache against
+        the current directory. Each part checks its own keys; the checks across parts follow."""
         t = Table({k: v for k, v in raw.items() if k != "testing"}, "top level", TOP_KEYS)
         name = t.str("name", required=True)
         require(name.replace("-", "").replace("_", "").replace(".", "").isalnum(),
@@ -143,11 +148,13 @@ class SweepSpec:
         # it names folders (with Tune's suffixes) and files, whose names a file system caps at 255 bytes
         require(len(name.encode()) <= MAX_NAME, f"name is {len(name.encode())} bytes long; keep it to {MAX_NAME}")
         objective = t.choice("objective", OBJECTIVES, "train")
-        grid = Grid.parse(t, Path(source).parent if Path(source).is_file() else Path.cwd())
+        folder = Path(folder) if folder else Path(source).parent if Path(source).is_file() else Path.cwd()
+        grid = Grid.parse(t, folder)
         simulation = Simulation.parse(t)
         sampling = Sampling.parse(t)
         resources = Placement.parse_resources(t)
-        uses_data = objective == "train" or bool(t.table("calibrate"))  # else [data] and [recipe] are never read
+        # a simulated sweep without a calibration never reads [recipe], and [data] only for its vocabulary
+        uses_data = objective == "train" or bool(t.table("calibrate"))
         training = Training.parse(t, raw, uses_data, grid.template)
         placement = Placement.parse(t, resources)
         if uses_data:
@@ -157,18 +164,25 @@ class SweepSpec:
             require(batch // grid.seq_len % placement.workers == 0,
                     f"batch_tokens {batch} is {batch // grid.seq_len} sequences, which "
                     f"[resources] workers = {placement.workers} cannot share equally")
-            objectives.validate_data(training.data)
             objectives.validate_recipe(training.recipe)
             require(not sampling.branches or objective != "train" or training.recipe.get("schedule") == "wsd",
                     "branches = true needs [recipe] schedule = \"wsd\": a branch warms down from a constant-rate phase")
-        grid = grid.with_vocab_size(training.data if uses_data else None)
+            for branch in training.recipe.get("branch_budgets", []) if objective == "train" else []:
+                require(any(math.isclose(branch, c, rel_tol=1e-9) for c in grid.budgets),
+                        f"[recipe] branch_budgets {branch:.4g} is not one of budgets "
+                        f"({', '.join(f'{c:.4g}' for c in grid.budgets)}): a branch's loss is a run of the cell at "
+                        "its budget, so a budget of no cell would add one")
+        if training.data is not None:  # its tokenizer's vocabulary is the model's, trained or simulated: one design
+            objectives.validate_data(training.data)
+        grid = grid.with_vocab_size(training.data)
         if "architecture" in grid.template:  # measured counts, kept with the sweep's other caches
             from loopscale.model import measured
 
             measured.cache_in(placement.cache_dir)
         training = dataclasses.replace(training, calibrate=Calibration.parse(t.table("calibrate"), grid))
         spec = cls(name=name, objective=objective, grid=grid, sampling=sampling, simulation=simulation,
-                   training=training, placement=placement, rungs=Rungs.parse(t, grid), source=source, text=text)
+                   training=training, placement=placement, rungs=Rungs.parse(t, grid), source=source,
+                   folder=str(folder.resolve()), text=text)
         spec.cells()  # every cell must have a width that trains
         if "testing" in raw:  # outside TOP_KEYS: refused in one line unless the test suite runs
             widths = {c.key: c.widths for c in spec.cells()}

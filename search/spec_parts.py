@@ -333,12 +333,20 @@ class Rungs:
         return cls(budgets=budgets)
 
     @staticmethod
+    def finite(budgets, what: str) -> None:
+        """One line for a rung budget that is no FLOP count (inf, nan): the check that needs no sweep."""
+        for budget in budgets:
+            require(math.isfinite(budget), f"{what} {budget:g} is not a FLOP count: a rung trains a model of a finite "
+                                           "budget")
+
+    @staticmethod
     def check(grid: Grid, budgets, what: str) -> None:
         """One line for a rung budget not above the grid's largest, or one that trains fewer than min_steps
         steps even at the narrowest width (the cheapest per token: if it does, every width does)."""
+        Rungs.finite(budgets, what)
         top = max(grid.budgets)
         for budget in budgets:
-            require(math.isfinite(budget) and budget > top,
+            require(budget > top,
                     f"{what} {budget:.3g} FLOPs is not above the sweep's largest budget {top:.3g}: a rung checks "
                     "the law beyond the budgets it was fitted on")
             for r in grid.recurrences:

@@ -3,7 +3,8 @@
 Layout (``analysis`` reads exactly this):
 
 * experiment = the sweep name; for a sqlite store its artifacts live beside the database file.
-* a parent run per sweep: tag ``loopscale.kind = "sweep"``, the spec file (secrets redacted) as an artifact.
+* a parent run per sweep: tag ``loopscale.kind = "sweep"``, the spec file (secrets redacted) as an artifact, and
+  where its relative paths lie (``folder_tags``).
 * one run per trial nested under it (``mlflow.parentRunId``): tag ``loopscale.kind = "trial"`` and tags
   ``sweep, stage, cell, r, budget, objective, spec_hash, code_version, data_fingerprint, status, reason,
   trial_key`` and ``node`` (the id of the Ray node the trial ran on, once it finished); params = the trial
@@ -72,6 +73,10 @@ RECEIPT_TAG = "loopscale.receipt"  # + ".<i>": the pieces of a receipt the disk 
 KEPT_TAG = "loopscale.model"  # a trial run that holds its trained model: the artifact's path (loopscale.load_model)
 KEPT_DIGEST_TAG = "loopscale.model.sha256"  # the sha256 of the file kept, which load_model checks the artifact against
 RESUMED_TAG = "loopscale.resumed_from_step"  # the step a checkpointed trial's last resume started from
+# Where the sweep's driver resolved the spec's relative paths, on the parent run (``folder_tags``): its Tune storage
+# and cache against the working folder, its architecture file against the spec's folder
+FOLDER_TAGS = {"storage": "loopscale.storage", "cache_dir": "loopscale.cache_dir"}
+SPEC_FOLDER_TAG = "loopscale.spec_folder"
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|pwd|secret|(api|access|secret|private)_?key|credentials?|auth|"
                          r"(^|_)token)$")
 
@@ -192,6 +197,19 @@ def ready_store(uri: str) -> None:
     _READY_STORES.add(uri)
 
 
+def folder_tags(spec: SweepSpec) -> dict[str, str]:
+    """The parent run's record of where the spec's paths lie, as its driver resolved them (``FOLDER_TAGS``,
+    ``SPEC_FOLDER_TAG``): the logged ``spec.toml`` holds them as written, relative to folders it does not name."""
+    return {**{tag: getattr(spec.placement, key) for key, tag in FOLDER_TAGS.items()}, SPEC_FOLDER_TAG: spec.folder}
+
+
+def spec_folders(parent: Any) -> tuple[dict[str, str], str | None]:
+    """What ``folder_tags`` recorded on ``parent``: the spec keys to set (storage, cache_dir) and the folder
+    its relative architecture is resolved against; ({}, None) for a sweep logged before they were recorded."""
+    tags = parent.data.tags
+    return {key: tags[tag] for key, tag in FOLDER_TAGS.items() if tag in tags}, tags.get(SPEC_FOLDER_TAG)
+
+
 def find_parent_run(tracking_uri: str, sweep: str) -> Any | None:
     """The parent run of sweep ``sweep`` if the store already has one; reads only (a missing sqlite file stays
     missing)."""
@@ -230,11 +248,12 @@ def open_sweep(spec: SweepSpec, data_fingerprint: str) -> tuple[str, str]:
             if key not in experiment.tags:
                 client.set_experiment_tag(experiment_id, key, value)
     parent = find_parent_run(spec.placement.tracking_uri, spec.name)
-    if parent is not None:
+    if parent is not None:  # where this driver found the sweep's folders: they may move between resumes
+        client.log_batch(parent.info.run_id, tags=[RunTag(k, v) for k, v in folder_tags(spec).items()])
         client.update_run(parent.info.run_id, status="RUNNING")
         return experiment_id, parent.info.run_id
     tags = {KIND_TAG: "sweep", "sweep": spec.name, "objective": spec.objective, "spec_hash": spec.spec_hash,
-            "code_version": code_version(), "data_fingerprint": data_fingerprint}
+            "code_version": code_version(), "data_fingerprint": data_fingerprint, **folder_tags(spec)}
     run = client.create_run(experiment_id, tags=tags, run_name=spec.name)
     summary = {"budgets": spec.grid.budgets, "recurrences": spec.grid.recurrences, "sampler": spec.sampling.sampler,
                "trials_per_cell": spec.sampling.trials_per_cell, "planned_trials": spec.planned_trials(),

@@ -144,12 +144,25 @@ def start_server(tracking_uri: str, host: str = LOOPBACK, port: int = 5000, time
         # its last error says why (a port taken meanwhile: "address already in use"), not its last line
         last = ([line for line in lines if "ERROR" in line] or lines)[-1:]
         raise RuntimeError(f"{err}{': ' + last[0] if last else ''}") from None
-    except BaseException:  # Ctrl-C or SIGTERM while it starts: no server left behind in its own session
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while it starts: no server left behind in its own session
+        serving = not port_is_free(host, port)  # it took connections (and may have served pages) before /health
+        stop_server(proc)
+        raise StoppedStarting(base if serving else "") from None
+    except BaseException:
         stop_server(proc)
         raise
     finally:
         log.close()  # the child keeps its own handle
     return proc, base
+
+
+class StoppedStarting(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while ``start_server`` waited for the server's /health, the server stopped; ``serving``:
+    the base URL where it already took connections (its pages may have been open), or "" where it never did."""
+
+    def __init__(self, serving: str):
+        super().__init__(serving)
+        self.serving = serving
 
 
 def spawn_holding_signals(command: list[str], **popen_args) -> tuple[subprocess.Popen, bool]:
@@ -222,12 +235,13 @@ def serve(tracking_uri: str, host: str, port: int, experiment: str | None) -> in
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         proc, base = start_server(tracking_uri, host, port)
-    except KeyboardInterrupt:  # start_server stopped the half-started server
-        print("MLflow UI stopped before it started.", file=sys.stderr)
+    except StoppedStarting as stop:  # start_server stopped the half-started server
+        print(f"MLflow UI stopped: it was serving on {stop.serving} but had not yet answered loopscale's check of "
+              f"{stop.serving}/health" if stop.serving else "MLflow UI stopped before it started.", file=sys.stderr)
         return 130
-    print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact(tracking_uri)}; Ctrl-C stops it)",
-          flush=True)
-    try:
+    try:  # from here on a Ctrl-C stops the server it started, the line below included
+        print(f"MLflow UI: {experiment_url(base, experiment_id)}  (store {redact(tracking_uri)}; Ctrl-C stops it)",
+              flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass

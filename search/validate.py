@@ -65,6 +65,23 @@ class RungPlan:
                    saved["fitted_top"], saved["complete"])
 
 
+def ran_spec(name: str, tracking_uri: str) -> SweepSpec:
+    """The spec sweep ``name`` ran with, read back from its store (its ``spec.toml``) with its paths where its
+    driver resolved them (``tracking.folder_tags``), whichever folder this runs in; one ValueError line when the
+    store holds no such sweep. A sweep logged before those tags were written resolves them against this folder."""
+    from loopscale.analysis.tracking import read_sweep_spec
+
+    from .tracking import find_parent_run, spec_folders
+
+    parent = find_parent_run(tracking_uri, name)
+    raw = read_sweep_spec(name, tracking_uri) if parent is not None else None
+    if raw is None:
+        raise ValueError(f"no sweep {name!r} with its spec in the MLflow store {tracking_uri}; "
+                         "run `loopscale search` first (or pass --tracking-uri)")
+    placed, folder = spec_folders(parent)
+    return SweepSpec.from_dict({**raw, **placed, "tracking_uri": tracking_uri}, source=name, folder=folder)
+
+
 def rungs_trained(spec: SweepSpec) -> bool:
     """Whether the rungs the spec's ``[validate]`` asks for were trained."""
     plan = RungPlan.load(spec)
@@ -72,16 +89,27 @@ def rungs_trained(spec: SweepSpec) -> bool:
                                                                      sorted(spec.grid.recurrences))
 
 
+def check_request(budgets: list[float], recurrences: list[int] | None) -> None:
+    """One line for rungs asked for that no sweep could plan: a budget or r named twice (a rung is one trial), a
+    budget that is no FLOP count; ``loopscale validate`` asks this before it reads the sweep."""
+    for flag, values in (("--budget", budgets), ("--r", recurrences or [])):
+        twice = sorted(v for v in set(values) if values.count(v) > 1)
+        if twice:
+            raise ValueError(f"{flag} lists {twice[0]:g} twice; each rung is one trial, so name each once")
+    Rungs.finite(budgets, "--budget")
+
+
 def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | None = None,
                recipe: dict[str, Any] | None = None) -> RungPlan:
     """The rungs at ``budgets`` x ``recurrences`` (default: the sweep's r's) under the law fitted to the sweep's
     runs in MLflow (analyze's default fit); the saved plan where the same rungs were planned before. ``recipe``:
     the recipe the search trained with (default: read back, ``search_recipe``). One-line ValueError for rungs
-    that cannot be planned: a budget not above the sweep's, a model that cannot be built, other rungs planned
-    before."""
+    that cannot be planned: those of ``check_request``, a budget not above the sweep's, a model that cannot be
+    built, other rungs planned before."""
     from loopscale.analysis.fit import fit_joint_law
     from loopscale.analysis.runs import load_runs, usable_runs
 
+    check_request(budgets, recurrences)
     recurrences = sorted(recurrences or spec.grid.recurrences)
     unknown = [r for r in recurrences if r not in spec.grid.recurrences]
     if unknown:

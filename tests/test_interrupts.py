@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -611,6 +612,43 @@ def test_ctrl_c_while_the_ui_starts_leaves_no_server_and_no_traceback(tmp_path):
     assert "stopped before it started" in err and "MLflow UI:" not in out
     assert not group_alive(server, wait_s=20)  # the server's whole process group is gone
     with socket.socket() as sock, pytest.raises(OSError):
+        sock.settimeout(2)
+        sock.connect(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_ctrl_c_after_the_ui_served_pages_does_not_say_it_never_started(tmp_path):
+    """The server serves pages before loopscale's check of its /health passes (here that check cannot get through:
+    a proxy in the environment, which urllib honours for loopback and a direct client does not use); a Ctrl-C then
+    says where it was serving, not that it never started."""
+    from mlflow.tracking import MlflowClient
+
+    from test_spec import free_port
+
+    db = tmp_path / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()  # an MLflow store
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "no_proxy")}
+    env["http_proxy"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    ui = subprocess.Popen([sys.executable, "-m", "loopscale.search.cli", "ui", "--tracking-uri", f"sqlite:///{db}",
+                           "--port", str(port)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + 80  # inside start_server's 90 s wait for /health
+    while True:
+        try:
+            with direct.open(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                assert page.status == 200
+                break
+        except OSError:  # not listening yet (urllib's URLError is one)
+            assert time.monotonic() < deadline and ui.poll() is None, ui.communicate()
+            time.sleep(0.2)
+    ui.send_signal(signal.SIGINT)
+    out, err = ui.communicate(timeout=60)
+    assert ui.returncode == 130 and "Traceback" not in out + err, err
+    assert "before it started" not in err and f"it was serving on http://127.0.0.1:{port}" in err, err
+    with socket.socket() as sock, pytest.raises(OSError):  # and it serves no more
         sock.settimeout(2)
         sock.connect(("127.0.0.1", port))
 

@@ -184,6 +184,20 @@ def test_objective_override_drops_calibration(tmp_path):
     assert SweepSpec.from_toml(path, objective="simulate").training.calibrate is None
 
 
+def test_a_simulated_replay_is_of_the_design_it_trains(tmp_path):
+    """``--objective simulate`` replays the trained design: the model's vocabulary is still the data's (256 bytes,
+    not iso_depth's 32,064), so every cell has the same feasible widths and steps, and the plan previews the same
+    models."""
+    trained, simulated = SweepSpec.from_toml("demo"), SweepSpec.from_toml("demo", objective="simulate")
+    assert simulated.grid.template == trained.grid.template and trained.grid.template["vocab_size"] == 256
+    assert [(c.key, c.widths) for c in simulated.cells()] == [(c.key, c.widths) for c in trained.cells()]
+    config = lambda spec: spec.trial_config(spec.cells()[0], spec.cells()[0].widths[0]).model_config  # noqa: E731
+    assert config(simulated) == config(trained)
+    path = write_spec(tmp_path, data={"source": "nowhere"})  # read for its vocabulary, so checked
+    with pytest.raises(ValueError, match="unknown source 'nowhere'"):
+        SweepSpec.from_toml(path)
+
+
 # ---- one line per mistake -----------------------------------------------------------------------------------
 MISTAKES = [
     ({"colour": "red"}, "unknown key 'colour' in top level"),
@@ -209,6 +223,8 @@ MISTAKES = [
     ({"objective": "train", "data": {"source": "kjv"}, "recipe": {"lr_base": 1}}, "lr_base"),
     ({"objective": "train", "batch_tokens": 500}, "whole number of sequences"),
     ({"objective": "train", "data": {"source": "nowhere"}, "recipe": {}}, "unknown source"),
+    ({"objective": "train", "data": {"source": "kjv"}, "recipe": {"schedule": "wsd", "branch_budgets": [3e12]}},
+     r"branch_budgets 3e\+12 is not one of budgets \(1e\+12, 1e\+13\)"),
     ({"objective": "train", "data": {"source": "kjv"}, "recipe": {},
       "calibrate": {"budget": 1e12, "s": 2, "low": 0.1, "high": 0.01}}, "low < high"),
     ({"objective": "train", "data": {"source": "kjv"}, "recipe": {},

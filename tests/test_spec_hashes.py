@@ -5,7 +5,10 @@ code that started those sweeps), and a finished sweep's real state folder (tests
 
 The smoke preset changed (its own vocabulary and law), and so did the demo (a seed per trial); the cases built on
 them before are kept on copies of the earlier files (tests/fixtures/smoke-v1.toml, demo-v1.toml), so the hashes of
-sweeps started from them stay pinned."""
+sweeps started from them stay pinned. A spec replayed with ``--objective simulate`` took iso_depth's 32,064-token
+vocabulary beside its ``[data]`` before; it takes the data's now (the design it trains): a sweep simulated before
+resumes with ``--set template.vocab_size=32064``, the cases ``*-simulate`` say so, ``*-simulate-data`` pin the
+design as it is simulated now."""
 
 from __future__ import annotations
 
@@ -24,13 +27,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SMOKE_V1 = str(FIXTURES / "smoke-v1.toml")
 DEMO_V1 = str(FIXTURES / "demo-v1.toml")
 LAW = "simulate.law={E = 1.5, A = 400.0, alpha = 0.3, B = 400.0, beta = 0.3, phi = 0.5}"
+OLD_VOCAB = "template.vocab_size=32064"  # a simulated replay's vocabulary before it took [data]'s (module docstring)
 # name -> (preset, --objective, --set items); the stores are set per test (they are not hashed)
 CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "smoke": (SMOKE_V1, None, ()),
     "demo": (DEMO_V1, None, ()),
     "paper": ("paper", None, ()),
-    "smoke-simulate": (SMOKE_V1, "simulate", ()),
-    "demo-simulate": (DEMO_V1, "simulate", ()),
+    "smoke-simulate": (SMOKE_V1, "simulate", (OLD_VOCAB,)),
+    "demo-simulate": (DEMO_V1, "simulate", (OLD_VOCAB,)),
+    "smoke-simulate-data": (SMOKE_V1, "simulate", ()),
+    "demo-simulate-data": (DEMO_V1, "simulate", ()),
     "paper-simulate": ("paper", "simulate", ()),
     "smoke-train": (SMOKE_V1, "train", ()),
     "information": (SMOKE_V1, None, ("information=0.5",)),
@@ -56,7 +62,8 @@ CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "smoke-preset-simulate": ("smoke", "simulate", ()),
     "demo-set": (DEMO_V1, None, ("trials_per_cell=2", "recipe.branch_budgets=[3e11]", "branches=true")),
     "demo-preset": ("demo", None, ()),
-    "demo-preset-simulate": ("demo", "simulate", ()),
+    "demo-preset-simulate": ("demo", "simulate", (OLD_VOCAB,)),
+    "demo-preset-simulate-data": ("demo", "simulate", ()),
 }
 
 
@@ -90,6 +97,7 @@ def test_a_finished_sweep_of_an_earlier_version_resumes(tmp_path):
     assert before == 19  # the sweep's parent run and its 18 trials
     out = subprocess.run(
         [sys.executable, "-m", "loopscale.search.cli", "search", SMOKE_V1, "--objective", "simulate", "--resume",
+         "--set", OLD_VOCAB,
          "--set", f"storage={tmp_path / 'tune'}", "--set", f"cache_dir={tmp_path / 'cache'}",
          "--set", f"tracking_uri=sqlite:///{db}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

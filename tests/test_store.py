@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import http.server
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -132,12 +135,25 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 FAILING_PASSWORD = "pw-of-the-red-team"
 
 
-@pytest.fixture
-def failing_server(monkeypatch) -> Iterator[str]:
-    """The tracking URI, password included, of a ``_Failing`` server; MLflow's client retries a 500 for minutes
-    by default, so here not at all (its exception still names the URL it asked)."""
+class _FailingLater(_Failing):
+    """A server that passed the store check (``store.check_server``) and fails every other call: its store failed
+    after the sweep started."""
+
+    def answer(self):
+        self.send_response(200 if self.path in ("/health", store.API_PROBE) else 500)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    do_GET = do_POST = do_PATCH = answer  # noqa: N815 (http.server's names)
+
+
+@pytest.fixture(params=[_Failing])
+def failing_server(request, monkeypatch) -> Iterator[str]:
+    """The tracking URI, password included, of a ``_Failing`` server (or the handler a test names by indirect
+    parametrisation); MLflow's client retries a 500 for minutes by default, so here not at all (its exception
+    still names the URL it asked)."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), request.param)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://rt:{FAILING_PASSWORD}@127.0.0.1:{server.server_port}"
@@ -164,6 +180,27 @@ def test_a_failing_server_is_one_line_without_its_password(command, failing_serv
     assert FAILING_PASSWORD not in out + err and "rt:***@127.0.0.1" in err, err
 
 
+def test_status_against_a_server_whose_store_fails_is_one_line_before_mlflow_retries(tmp_path):
+    """The red team's case: /health answers 200 and every API call HTTP 500. MLflow's client, at its default of 7
+    retries, took ~260 s to say a word; the store check reads the server once, and says so, in one line."""
+    asked: list[str] = []
+    handler = type("Asked", (_Failing,), {"log_message": lambda self, *args: asked.append(self.path)})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}  # MLflow's defaults
+    try:
+        done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "status", "sweep", "--tracking-uri",
+                               f"http://127.0.0.1:{server.server_port}"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "answers /health but failed a read of its experiments with HTTP 500" in done.stderr
+    assert asked == ["/health", store.API_PROBE]  # nothing more: no request of MLflow's client, no retry
+
+
+@pytest.mark.parametrize("failing_server", [_FailingLater], indirect=True)
 def test_a_sweeps_store_failure_is_one_line_without_the_password(failing_server, tmp_path, monkeypatch, capsys):
     """The red team's case: the server failed mid-sweep, and the driver's line quoted MLflow's exception, whose
     text holds the URL it asked, password and all. The sweep's failure path is fed the exception MLflow's REST

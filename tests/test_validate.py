@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -26,10 +27,12 @@ from loopscale.analysis.store import trial_numbers
 from loopscale.model import PAPER_LAW
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
+from loopscale.search.validate import ran_spec
 from test_kill_resume import Driver, journal, ray_dir  # noqa: F401 (a fixture)
 from test_spec import base_spec, to_toml
 
 FAST = FitOptions(n_starts=50, n_bootstrap=40)
+TINY_LOOP = Path(__file__).parent / "fixtures" / "tiny_loop.py"
 
 
 # ---- the prediction interval of one run (no Ray) -------------------------------------------------------------
@@ -184,6 +187,9 @@ def validate(spec: SweepSpec, *argv: str) -> int:
     (["--budget", "3e13", "--r", "3"], "is not a recurrence of sweep"),
     (["--budget", "4e13"], "already has its rungs"),
     (["--budget", "-1"], "expected positive numbers"),
+    (["--budget", "inf"], "--budget inf is not a FLOP count"),
+    (["--budget", "3e13", "--r", "1,1"], "--r lists 1 twice"),
+    (["--budget", "3e13,3e13"], "--budget lists 3e+13 twice"),
 ])
 def test_bad_rungs_are_one_line_and_start_nothing(sweep_with_rungs, capsys, argv, message):
     spec = sweep_with_rungs
@@ -211,6 +217,54 @@ def test_an_unfinished_or_unknown_sweep_is_refused(tmp_path, capsys):
     assert main(["validate", "nothing", "--budget", "1e14", "--tracking-uri", uri]) == 2
     assert "no sweep 'nothing'" in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.fixture(scope="module")
+def sweep_run_elsewhere(tmp_path_factory):
+    """A finished sweep (its rung at 3e13 FLOPs per r included) whose spec, in ``ran/specs``, names its Tune
+    storage and cache relative to the folder its search ran in (``ran``) and its architecture file relative to
+    its own folder, as the docs have it (docs/spec.md)."""
+    root = tmp_path_factory.mktemp("elsewhere")
+    specs = root / "ran" / "specs"
+    specs.mkdir(parents=True)
+    shutil.copy(TINY_LOOP, specs / "tiny_loop.py")
+    raw = base_spec(root, budgets=[1e12, 3e12, 1e13], recurrences=[1, 2], trials_per_cell=3, storage="tune",
+                    cache_dir="cache", template={"architecture": "tiny_loop.py:tiny_loop"},
+                    validate={"budgets": [3e13]})
+    (specs / "spec.toml").write_text(to_toml(raw))
+    here = Path.cwd()
+    os.chdir(root / "ran")
+    try:
+        assert main(["search", "specs/spec.toml"]) == 0
+        spec = SweepSpec.from_toml("specs/spec.toml")
+    finally:
+        os.chdir(here)
+    return spec, root
+
+
+@pytest.mark.integration
+def test_validate_from_another_folder_finds_the_sweep_where_it_ran(sweep_run_elsewhere, tmp_path, monkeypatch,
+                                                                   capsys):
+    spec, root = sweep_run_elsewhere
+    assert spec.placement.storage == str(root / "ran" / "tune")
+    monkeypatch.chdir(tmp_path)  # neither the spec's folder nor the search's
+    capsys.readouterr()
+    assert validate(spec, "--budget", "3e13") == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "trained already" in out and "validation rungs: " in out
+    assert not (tmp_path / "tune").exists()
+
+
+@pytest.mark.integration
+def test_the_spec_read_back_resolves_its_paths_where_its_sweep_did(sweep_run_elsewhere, tmp_path, monkeypatch):
+    spec, root = sweep_run_elsewhere
+    decoy = tmp_path / "tiny_loop.py"  # what resolving against the working folder would pick up
+    decoy.write_text(TINY_LOOP.read_text() + "\n# another file of the same name\n")
+    monkeypatch.chdir(tmp_path)
+    read = ran_spec(spec.name, spec.placement.tracking_uri)
+    assert read.grid.template["architecture"] == f"{root / 'ran' / 'specs' / 'tiny_loop.py'}:tiny_loop"
+    assert (read.placement.storage, read.placement.cache_dir) == (spec.placement.storage, spec.placement.cache_dir)
+    assert read.spec_hash == spec.spec_hash
 
 
 @pytest.mark.integration
