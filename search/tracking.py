@@ -199,8 +199,11 @@ def ready_store(uri: str) -> None:
 
 def folder_tags(spec: SweepSpec) -> dict[str, str]:
     """The parent run's record of where the spec's paths lie, as its driver resolved them (``FOLDER_TAGS``,
-    ``SPEC_FOLDER_TAG``): the logged ``spec.toml`` holds them as written, relative to folders it does not name."""
-    return {**{tag: getattr(spec.placement, key) for key, tag in FOLDER_TAGS.items()}, SPEC_FOLDER_TAG: spec.folder}
+    ``SPEC_FOLDER_TAG``): the logged ``spec.toml`` holds them as written, relative to folders it does not name.
+    A path that carries a password (``s3://user:pw@host/...``) is not recorded: tags are stored as given, and a
+    redacted path would lead nowhere (``spec_folders`` then falls back to the spec as written)."""
+    tags = {**{tag: getattr(spec.placement, key) for key, tag in FOLDER_TAGS.items()}, SPEC_FOLDER_TAG: spec.folder}
+    return {tag: value for tag, value in tags.items() if redact(str(value)) == str(value)}
 
 
 def spec_folders(parent: Any) -> tuple[dict[str, str], str | None]:

@@ -210,3 +210,13 @@ def test_a_sweep_opens_as_training_runs_and_an_older_one_is_tagged_when_reused(t
     client.delete_experiment_tag(experiment_id, "mlflow.experimentKind")
     assert open_sweep(spec, "simulated")[0] == experiment_id
     assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_storage_path_with_a_password_is_not_recorded_on_the_parent_run(tmp_path):
+    from loopscale.search.tracking import FOLDER_TAGS, folder_tags
+
+    plain = folder_tags(SweepSpec.from_toml(write_spec(tmp_path)))
+    assert plain[FOLDER_TAGS["storage"]] and plain[FOLDER_TAGS["cache_dir"]]
+    secret = folder_tags(SweepSpec.from_toml(write_spec(tmp_path, storage="s3://alice:hunter2@bucket/tune")))
+    assert FOLDER_TAGS["storage"] not in secret and "hunter2" not in repr(secret)
+    assert secret[FOLDER_TAGS["cache_dir"]] == plain[FOLDER_TAGS["cache_dir"]]
