@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import numbers, validation
-from .allocation import allocation_table, buildable, readable
+from .allocation import allocation_table, buildable, r1_not_run, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .depth import depth_table, depth_text
@@ -81,6 +81,7 @@ class Analysis:
                                          (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
             "gap_to_r1": self.gap_ranges(),
+            "gap_to_r1_warning": (r1_not_run(self.used["r"]) if self.gap_ranges() else "") or None,
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
@@ -110,6 +111,8 @@ class Analysis:
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
                          + ", ".join(f"r={r} {numbers.loss(lo)} to {numbers.loss(hi)}" for r, (lo, hi) in gaps.items()))
+            if s["gap_to_r1_warning"]:
+                lines.append(f"warning: {s['gap_to_r1_warning']}")
         if self.backtest is not None:
             lines.append(self.backtest.text())
         depth = self.tables.get("depth_eval", pd.DataFrame())
