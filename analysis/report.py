@@ -275,7 +275,7 @@ def _phi_line(joint: LawFit) -> str:
     if not joint.phi_applicable or joint.fixed_phi is not None or not joint.n_bootstrap:
         return joint.phi_text()
     pct = f"{100 * joint.confidence:.0f}%"
-    return (f"phi = {joint.phi:.3f} ({pct} profile CI {joint.phi_profile_ci[0]:.3f} to {joint.phi_profile_ci[1]:.3f}; "
+    return (f"phi = {joint.phi:.3f} ({pct} profile CI {numbers.stretches(joint.phi_profile_stretches)}; "
             f"bootstrap {pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f} from {joint.n_bootstrap} "
             f"{joint.interval}-bootstrap resamples over {joint.n_cells} cells"
             + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")
