@@ -92,6 +92,20 @@ class LawFit:
                          else "no bootstrap")
         return f"phi {self.phi:.3f} ({'; '.join(intervals)})"
 
+    def outside_bootstrap(self) -> list[str]:
+        """Where an estimate lies outside its own bootstrap interval, a line for each such constant: the
+        percentile interval of the resamples' refits then does not hold the data's fit (its refits settle in another
+        stretch of a flat or many-valleyed objective, or are biased to one side), so it does not bound it."""
+        lines = []
+        for name in CONSTANTS:
+            value, (lo, hi) = getattr(self, name), self.ci[name]
+            if np.isfinite(lo) and np.isfinite(hi) and not lo <= value <= hi:
+                side = "above" if lo > value else "below"
+                lines.append(f"the bootstrap interval of {name} ({numbers.span(lo, hi)}) lies wholly {side} its "
+                             f"estimate {numbers.sig(value)}: the resamples' refits settle away from the data's fit, "
+                             "so it does not bound that estimate")
+        return lines
+
     def draws(self) -> pd.DataFrame:
         """The bootstrap draws by name: one row per resample, one column per constant (E, A, alpha, B, beta,
         phi); empty when the fit ran no bootstrap. A fixed phi is that value in every row."""

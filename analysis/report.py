@@ -80,6 +80,7 @@ class Analysis:
             "joint": joint.to_dict(), **{name: fit.to_dict() if fit else None for name, fit in
                                          (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
+            "bootstrap_outside_estimate": joint.outside_bootstrap(),
             "gap_to_r1": self.gap_ranges(),
             "gap_to_r1_warning": (r1_not_run(self.used["r"]) if self.gap_ranges() else "") or None,
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
@@ -106,7 +107,8 @@ class Analysis:
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                   f"{_phi_line(joint)} {status_label(joint, self.options.bounds)}", f"verdict: {joint.verdict}",
-                  *_constant_lines(joint), _r2_line(self.suite)]
+                  *_constant_lines(joint), *[f"warning: {line}" for line in joint.outside_bootstrap()],
+                  _r2_line(self.suite)]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
