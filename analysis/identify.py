@@ -82,8 +82,8 @@ def phi_problems(joint: LawFit, profile: Profile) -> list[str]:
     if profile.segments > 1:
         problems.append(f"phi's {pct} profile interval splits into {profile.segments} stretches "
                         f"({numbers.stretches(profile.stretches)}), the values between them rejected: the data fit "
-                        "phi in each, so they do not tell which it is (a sweep without r = 1 runs: add them, or "
-                        "--baseline a sweep's)")
+                        "phi in each, so they do not tell which it is; r = 1 runs (or --baseline a sweep's) pin the "
+                        "base law that a sweep without them leaves free")
     if joint.p_phi0 > 1 - joint.confidence:
         problems.append(f"phi = 0 fits as well (F test p = {joint.p_phi0:.2g} over {joint.n_runs} rows): the sweep "
                         "cannot tell what a recurrence is worth")

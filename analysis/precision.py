@@ -8,10 +8,10 @@ F tests against phi = 0 and phi = 1 (``profile_interval.profile_phi``). Over the
 * the half-width of phi's interval, (high - low) / 2: its median and 80% range;
 * the power to reject phi = 0 (and phi = 1): the share of copies whose verdict tells phi from it, those whose
   test rejects at 1 - confidence and whose phi is identified (its interval one stretch inside the fit's bounds:
-  ``analysis.identify``). Where the truth is 0 (or 1) it is the test's size, nominally 1 - confidence. A copy
-  whose interval splits into stretches (a sweep without r = 1 runs fits phi near -2.6 and near 0.5 alike) has a
-  wide hull and a test that rejects 0 and 1 both; its verdict is "not identified", and so it counts in no power,
-  and the share of such copies is reported.
+  ``Profile.identified``). Where the truth is 0 (or 1) it is the test's size, nominally 1 - confidence. A copy
+  whose interval splits into stretches (a sweep without r = 1 runs can fit a negative phi and a positive one
+  alike) has a wide hull and a test that may reject 0 and 1 both; its verdict is "not identified", so it counts
+  in no power, and the share of such copies is reported.
 
 Delta-phi against a baseline: each pair of copies (baseline, variant) is fitted as one model with a shared base
 law (``delta.fit_shared_base``); its profile interval's half-width, and the power of its test of Delta = 0.
@@ -37,7 +37,7 @@ from .fit import fit_joint_law
 from .fit_problem import FitData, fit_rows
 from .fit_types import LawFit
 from .options import FitOptions
-from .profile_interval import Profile, profile_phi, theta_of
+from .profile_interval import profile_phi, theta_of
 
 MC_RESAMPLES = 500  # bootstrap resamples of the copies for the median's Monte Carlo error
 
@@ -54,12 +54,7 @@ def phi_interval(runs: pd.DataFrame, options: FitOptions) -> tuple[float, float,
     fit = fit_joint_law(runs, options=options)
     shape = profile_phi(FitData.from_runs(fit_rows(runs, options)), theta_of(fit), fit.huber, options)
     lo, hi = shape.ci
-    return lo, hi, shape.p(0.0), shape.p(1.0), identified(shape)
-
-
-def identified(shape: Profile) -> bool:
-    """Whether a profile's interval lets a verdict tell its constant from a value: one stretch, reaching no bound."""
-    return shape.segments == 1 and not shape.reaches
+    return lo, hi, shape.p(0.0), shape.p(1.0), shape.identified
 
 
 def _median_error(values: np.ndarray, seed: int) -> float:
@@ -125,7 +120,7 @@ def forecast_delta(pairs: Iterable[tuple[pd.DataFrame, pd.DataFrame]], options: 
     for runs_a, runs_b in pairs:
         shared = fit_shared_base(runs_a, runs_b, fit_joint_law(runs_a, options=options),
                                  fit_joint_law(runs_b, options=options), options)
-        rows.append(((shared.ci[1] - shared.ci[0]) / 2, shared.p_zero, identified(shared.profile)))
+        rows.append(((shared.ci[1] - shared.ci[0]) / 2, shared.p_zero, shared.profile.identified))
     rows = np.array(rows)
     return Forecast(half_widths=rows[:, 0], p_values={"Delta = 0": rows[:, 1]}, confidence=options.confidence,
                     identified=rows[:, 2].astype(bool))

@@ -24,8 +24,8 @@ grid: the interval excludes 0 exactly when the test against 0 rejects at level 1
 The grid's crossings of the level are refined by zooming in (each bracket cut in ``ZOOM_STEPS``, the bracket
 that still holds the crossing cut again, ``REFINE_LEVELS`` times), and so is the lowest point's stretch. The
 interval is the accepted points' stretches (``stretches``): one for a single-valley profile; a profile with two
-valleys (a sweep without r = 1 runs fits phi near -2.6 and near 0.5 alike) accepts two, with values between them
-rejected, so their hull (``ci``) would hold values, 0 among them, that the test rejects.
+valleys (a sweep without r = 1 runs can fit a negative phi and a positive one alike) accepts two, with values
+between them rejected, so their hull (``ci``) would hold values, 0 perhaps among them, that the test rejects.
 
 Every stage fits all its points at once, as one batch of fixed-value fits (``analysis.optimize``; each point its
 own problem): the grid from the joint optimum, then each point again from its neighbours' optima until no
@@ -177,6 +177,11 @@ class Profile:
     def segments(self) -> int:
         """How many separate stretches the test accepts (1 for a single-valley profile)."""
         return len(self.stretches)
+
+    @property
+    def identified(self) -> bool:
+        """Whether the interval lets a verdict tell the constant from a value: one stretch, reaching no bound."""
+        return self.segments == 1 and not self.reaches
 
     @property
     def reaches(self) -> tuple[float, ...]:
