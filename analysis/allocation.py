@@ -260,3 +260,15 @@ def outside_fitted(budgets, fitted_budgets) -> list[float]:
     """The budgets that lie outside the range of budgets the law was fitted on (extrapolations)."""
     lo, hi = min(fitted_budgets), max(fitted_budgets)
     return [float(c) for c in budgets if not lo * (1 - 1e-9) <= c <= hi * (1 + 1e-9)]
+
+
+def r1_not_run(fitted_recurrences) -> str:
+    """A warning ("" when r = 1 was run) for a law fitted without r = 1 runs: every comparison with r = 1 (the gap to
+    r = 1, where r beats r = 1) reads the law at an r it was not fitted on, where r^phi N_rec = N_rec holds by the
+    law's form alone, so it is extrapolated there as a budget outside the fitted ones is."""
+    fitted = sorted({int(r) for r in fitted_recurrences})
+    if not fitted or fitted[0] == 1:
+        return ""
+    return (f"r=1 was not run (the law was fitted on r = {', '.join(map(str, fitted))}): every comparison with r=1 "
+            "(the gap to r=1, where r beats r=1) is the law extrapolated to r=1; `--baseline SWEEP` borrows a sweep's "
+            "r = 1 runs")

@@ -19,6 +19,11 @@ from .isoflop import IsoflopResult, cell_optima, pooled_sigma
 from .runs import usable_runs
 
 
+# Why a matched cell has no interval: neither its optima's draws nor a pooled noise estimate (``pooled_sigma``)
+NO_NOISE = ("no trial noise is measured in a sweep whose every cell has at most 3 runs, which its parabola fits "
+            "exactly, or fewer than 3 sizes: more trials_per_cell")
+
+
 def matched_cells(runs_a: pd.DataFrame, runs_b: pd.DataFrame, *, stage: str | None, n_bootstrap: int, seed: int,
                   confidence: float) -> pd.DataFrame:
     """One row per (budget, r) cell both sweeps ran themselves: each one's optimal loss, how it was read, the
@@ -67,9 +72,12 @@ def evidence_text(cells: pd.DataFrame, name_a: str, name_b: str, confidence: flo
         return ["matched cells: none (the sweeps share no (budget, r) cell of their own runs)"]
     favour = int((cells["difference"] < 0).sum())
     clear_b, clear_a = int((cells["hi"] < 0).sum()), int((cells["lo"] > 0).sum())
+    missing = int((~np.isfinite(cells["lo"]) | ~np.isfinite(cells["hi"])).sum())
     pct = f"{100 * confidence:.0f}%"
     lines = [f"matched cells (model-free): {favour} of {len(cells)} favour {name_b} (lower loss); {clear_b} "
-             f"clearly ({pct} interval below 0), {clear_a} clearly favour {name_a}"]
-    lines += [f"  C={row.budget_flops:.3g} r={row.r}: {row.difference:+.4f} nats ({pct} CI {row.lo:+.4f} to "
-              f"{row.hi:+.4f}; {row.read_a} vs {row.read_b})" for row in cells.itertuples(index=False)]
+             f"clearly ({pct} interval below 0), {clear_a} clearly favour {name_a}"
+             + (f"; {missing} without an interval ({NO_NOISE})" if missing else "")]
+    lines += [f"  C={row.budget_flops:.3g} r={row.r}: {row.difference:+.4f} nats ("
+              + (f"{pct} CI {row.lo:+.4f} to {row.hi:+.4f}" if np.isfinite(row.lo) and np.isfinite(row.hi)
+                 else "no interval") + f"; {row.read_a} vs {row.read_b})" for row in cells.itertuples(index=False)]
     return lines

@@ -404,6 +404,8 @@ def law_for(args: argparse.Namespace, options: FitOptions, budgets: list[float] 
     if given:
         warn_extrapolation(budgets, used["budget_flops"])
     warn_recurrences(recurrences, measured)
+    if any(r > 1 for r in recurrences):  # the outputs compare with r = 1 (gap to r = 1, where r beats it)
+        warn_r1(measured)
     if costs is not None:
         say(f"no template sizes the runs of {args.experiment} ({mismatch}): the law's compute-optimal N and D "
             f"under {costs.note}", file=sys.stderr)
@@ -451,6 +453,16 @@ def warn_recurrences(recurrences, fitted_recurrences) -> None:
         where = "extrapolated" if not fitted[0] <= r <= fitted[-1] else "interpolated between the fitted r's"
         print(f"loopscale: warning: r={r} was not run (the law was fitted on r = {', '.join(map(str, fitted))}): "
               f"the law is {where} there", file=sys.stderr)
+
+
+def warn_r1(fitted_recurrences) -> None:
+    """A warning line on stderr when r = 1 was not run: the comparisons with r = 1 are extrapolated
+    (``allocation.r1_not_run``)."""
+    from .allocation import r1_not_run
+
+    warning = r1_not_run(fitted_recurrences)
+    if warning:
+        say(f"loopscale: warning: {warning}", file=sys.stderr)
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import numbers
 from .borrow import borrow_refusal, budget_keys, with_borrowed_r1
 from .cell_evidence import evidence_text, matched_cells
 from .delta import SharedBase, fit_shared_base
@@ -64,8 +65,8 @@ class Comparison:
             lines.append(f"Delta-phi (B - A) = {self.delta:+.3f} (the two separate fits' difference; no one-model "
                          f"interval: {self.shared_note})")
         else:
-            lo, hi = self.shared.ci
-            lines.append(f"Delta-phi (B - A) = {self.delta:+.3f} ({pct} profile CI {lo:+.3f} to {hi:+.3f}; F test "
+            ci = numbers.stretches(self.shared.profile.stretches, lambda v: f"{v:+.3f}")
+            lines.append(f"Delta-phi (B - A) = {self.delta:+.3f} ({pct} profile CI {ci}; F test "
                          f"p = {self.shared.p_zero:.2g} against Delta = 0), one model: a base law shared by "
                          f"{sum(self.shared.n_rows)} rows, phi_A {self.shared.phi_a:.3f}, phi_B "
                          f"{self.shared.phi_b:.3f}")
@@ -134,6 +135,9 @@ def verdict(name_a: str, name_b: str, fit_a: LawFit, fit_b: LawFit, shared: Shar
         text = f"No interval (no one-model fit); the point estimates differ as shown {worth}."
     elif shared.profile.reaches:
         text = f"Not identified: Delta-phi's interval reaches the bound {shared.profile.reaches[0]:g} {worth}."
+    elif shared.profile.segments > 1:
+        text = (f"Not identified: Delta-phi's interval splits into {shared.profile.segments} stretches with values the "
+                f"test rejects between them {worth}.")
     elif shared.ci[0] > 0:
         text = f"A recurrence is worth more in {name_b} than in {name_a}: the interval lies above 0 {worth}."
     elif shared.ci[1] < 0:

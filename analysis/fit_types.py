@@ -17,6 +17,8 @@ import pandas as pd
 
 from loopscale.model import JointLaw
 
+from . import numbers
+
 # The public constants, in this order; the internal order of theta is options.THETA.
 CONSTANTS = ("E", "A", "alpha", "B", "beta", "phi")
 
@@ -65,7 +67,8 @@ class LawFit:
     single_r: int | None = None      # the one r of a single-r table: the plain law, phi not applicable
     # what the fit says about phi (analysis.identify, from analysis.profile_interval); '' and NaN until it is judged
     verdict: str = ""
-    phi_profile_ci: tuple[float, float] = (np.nan, np.nan)
+    phi_profile_ci: tuple[float, float] = (np.nan, np.nan)  # the hull of phi_profile_stretches
+    phi_profile_stretches: tuple[tuple[float, float], ...] = ()  # the interval: one stretch, or the test's several
     p_phi0: float = np.nan           # the F test of phi = 0 against the fit
     p_phi1: float = np.nan           # and of phi = 1
 
@@ -83,11 +86,25 @@ class LawFit:
             return f"phi {self.fixed_phi:g} (fixed)"
         pct = f"{100 * self.confidence:.0f}%"
         intervals = []
-        if np.isfinite(self.phi_profile_ci[0]):
-            intervals.append(f"{pct} profile CI {self.phi_profile_ci[0]:.3f} to {self.phi_profile_ci[1]:.3f}")
+        if self.phi_profile_stretches:
+            intervals.append(f"{pct} profile CI {numbers.stretches(self.phi_profile_stretches)}")
         intervals.append(f"bootstrap {pct} CI {self.phi_ci[0]:.3f} to {self.phi_ci[1]:.3f}" if self.n_bootstrap
                          else "no bootstrap")
         return f"phi {self.phi:.3f} ({'; '.join(intervals)})"
+
+    def outside_bootstrap(self) -> list[str]:
+        """Where an estimate lies outside its own bootstrap interval, a line for each such constant: the
+        percentile interval of the resamples' refits then does not hold the data's fit (its refits settle in another
+        stretch of a flat or many-valleyed objective, or are biased to one side), so it does not bound it."""
+        lines = []
+        for name in CONSTANTS:
+            value, (lo, hi) = getattr(self, name), self.ci[name]
+            if np.isfinite(lo) and np.isfinite(hi) and not lo <= value <= hi:
+                side = "above" if lo > value else "below"
+                lines.append(f"the bootstrap interval of {name} ({numbers.span(lo, hi)}) lies wholly {side} its "
+                             f"estimate {numbers.sig(value)}: the resamples' refits settle away from the data's fit, "
+                             "so it does not bound that estimate")
+        return lines
 
     def draws(self) -> pd.DataFrame:
         """The bootstrap draws by name: one row per resample, one column per constant (E, A, alpha, B, beta,
@@ -109,6 +126,7 @@ class LawFit:
         out["status"] = self.status.value
         out["phi_ci"] = list(self.phi_ci)
         out["phi_profile_ci"] = list(self.phi_profile_ci)
+        out["phi_profile_stretches"] = [list(part) for part in self.phi_profile_stretches]
         out["ci"] = {k: list(v) for k, v in self.ci.items()}
         out["rmse_per_r"] = {str(k): v for k, v in self.rmse_per_r.items()}
         out["at_bound"] = list(self.at_bound)

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from . import numbers
 from .fit_problem import FitData, fit_rows
 from .fit_types import FitStatus, LawFit
 from .options import THETA, Bounds, FitOptions
@@ -62,7 +63,8 @@ def judged(joint: LawFit, runs: pd.DataFrame, options: FitOptions, *, phi0: LawF
     lo, hi = options.bounds.phi
     p0 = profile.p(0.0) if lo <= 0 <= hi else np.nan
     p1 = profile.p(1.0) if lo <= 1 <= hi else np.nan
-    joint = dataclasses.replace(joint, phi_profile_ci=profile.ci, p_phi0=p0, p_phi1=p1)
+    joint = dataclasses.replace(joint, phi_profile_ci=profile.ci, phi_profile_stretches=profile.stretches, p_phi0=p0,
+                                p_phi1=p1)
     problems = tuple(phi_problems(joint, profile))
     status = FitStatus.UNIDENTIFIED if problems and joint.status is FitStatus.CONVERGED else joint.status
     return dataclasses.replace(joint, status=status, warnings=problems,
@@ -77,6 +79,11 @@ def phi_problems(joint: LawFit, profile: Profile) -> list[str]:
     if profile.reaches:
         problems.append(f"phi's {pct} profile interval ({ci_lo:.3f} to {ci_hi:.3f}) reaches the fit's bound "
                         f"{', '.join(f'{b:g}' for b in profile.reaches)}: the data do not bound phi")
+    if profile.segments > 1:
+        problems.append(f"phi's {pct} profile interval splits into {profile.segments} stretches "
+                        f"({numbers.stretches(profile.stretches)}), the values between them rejected: the data fit "
+                        "phi in each, so they do not tell which it is; r = 1 runs (or --baseline a sweep's) pin the "
+                        "base law that a sweep without them leaves free")
     if joint.p_phi0 > 1 - joint.confidence:
         problems.append(f"phi = 0 fits as well (F test p = {joint.p_phi0:.2g} over {joint.n_runs} rows): the sweep "
                         "cannot tell what a recurrence is worth")
@@ -92,12 +99,15 @@ def verdict_line(fit: LawFit, profile: Profile | None, bounds: Bounds) -> str:
     held = bound_names(fit, bounds)
     pct = f"{100 * fit.confidence:.0f}%"
     lo, hi = fit.phi_profile_ci
-    numbers = (f"(phi {fit.phi:.3f}, {pct} profile CI {lo:.3f} to {hi:.3f}; F test p = {fit.p_phi0:.2g} against "
-               f"phi = 0, {fit.p_phi1:.2g} against phi = 1)")
+    shown = (f"(phi {fit.phi:.3f}, {pct} profile CI {numbers.stretches(fit.phi_profile_stretches)}; F test p = "
+             f"{fit.p_phi0:.2g} against phi = 0, {fit.p_phi1:.2g} against phi = 1)")
     if held:
-        return f"not identified: {'; '.join(held)}, so the optimum may lie outside the fit's bounds {numbers}"
+        return f"not identified: {'; '.join(held)}, so the optimum may lie outside the fit's bounds {shown}"
     if profile.reaches:
-        return f"not identified: phi's interval reaches the fit's bound {profile.reaches[0]:g} {numbers}"
+        return f"not identified: phi's interval reaches the fit's bound {profile.reaches[0]:g} {shown}"
+    if profile.segments > 1:
+        return (f"not identified: phi's interval splits into {profile.segments} stretches with values the test "
+                f"rejects between them {shown}")
     alpha = 1 - fit.confidence
     not_0, not_1 = fit.p_phi0 <= alpha, fit.p_phi1 <= alpha
     if not_0 and not_1:
@@ -113,7 +123,7 @@ def verdict_line(fit: LawFit, profile: Profile | None, bounds: Bounds) -> str:
         words = "a recurrence is worth less than a unique block; cannot tell it from nothing (phi = 0)"
     else:
         words = "cannot tell a recurrence from nothing (phi = 0) or from a unique block (phi = 1)"
-    return f"{words} {numbers}"
+    return f"{words} {shown}"
 
 
 def likely_fixes(optima: pd.DataFrame) -> list[str]:

@@ -92,6 +92,12 @@ def span(low: float | None, high: float | None, form: Callable[[float], str] = s
     return a if a == b else f"{a}-{b}"
 
 
+def stretches(parts, form: Callable[[float], str] = lambda v: f"{v:.3f}") -> str:
+    """An interval as a line reads it: ``low to high``, or where a test accepts separate stretches each of them,
+    ``a to b and c to d``; "" for none."""
+    return " and ".join(f"{form(lo)} to {form(hi)}" for lo, hi in parts)
+
+
 def wrap(text: str) -> str:
     """Every line of ``text`` within ``COLUMNS``: a longer one wrapped at spaces, its continuations indented two
     spaces past its own indent."""

@@ -6,8 +6,12 @@ draws its losses from a law plus noise) fitted exactly as ``loopscale analyze`` 
 F tests against phi = 0 and phi = 1 (``profile_interval.profile_phi``). Over the copies:
 
 * the half-width of phi's interval, (high - low) / 2: its median and 80% range;
-* the power to reject phi = 0 (and phi = 1): the share of copies whose test rejects at 1 - confidence. Where
-  the truth is 0 (or 1) it is the test's size, nominally 1 - confidence.
+* the power to reject phi = 0 (and phi = 1): the share of copies whose verdict tells phi from it, those whose
+  test rejects at 1 - confidence and whose phi is identified (its interval one stretch inside the fit's bounds:
+  ``Profile.identified``). Where the truth is 0 (or 1) it is the test's size, nominally 1 - confidence. A copy
+  whose interval splits into stretches (a sweep without r = 1 runs can fit a negative phi and a positive one
+  alike) has a wide hull and a test that may reject 0 and 1 both; its verdict is "not identified", so it counts
+  in no power, and the share of such copies is reported.
 
 Delta-phi against a baseline: each pair of copies (baseline, variant) is fitted as one model with a shared base
 law (``delta.fit_shared_base``); its profile interval's half-width, and the power of its test of Delta = 0.
@@ -43,13 +47,14 @@ def quick_options(options: FitOptions) -> FitOptions:
     return dataclasses.replace(options, n_bootstrap=0, fix_phi=None)
 
 
-def phi_interval(runs: pd.DataFrame, options: FitOptions) -> tuple[float, float, float, float]:
-    """(low, high, p against phi = 0, p against phi = 1) of ``runs``' joint fit, as ``analyze`` reports them."""
+def phi_interval(runs: pd.DataFrame, options: FitOptions) -> tuple[float, float, float, float, bool]:
+    """(low, high, p against phi = 0, p against phi = 1, identified) of ``runs``' joint fit, as ``analyze`` reports
+    them: the hull of phi's interval, its tests, and whether that interval is one stretch inside the bounds."""
     options = quick_options(options)
     fit = fit_joint_law(runs, options=options)
     shape = profile_phi(FitData.from_runs(fit_rows(runs, options)), theta_of(fit), fit.huber, options)
     lo, hi = shape.ci
-    return lo, hi, shape.p(0.0), shape.p(1.0)
+    return lo, hi, shape.p(0.0), shape.p(1.0), shape.identified
 
 
 def _median_error(values: np.ndarray, seed: int) -> float:
@@ -71,6 +76,7 @@ class Forecast:
     half_widths: np.ndarray
     p_values: dict[str, np.ndarray]   # test name ("phi = 0", "Delta = 0", ...) -> p per copy
     confidence: float
+    identified: np.ndarray            # per copy, whether its interval is one stretch inside the bounds
 
     @property
     def n(self) -> int:
@@ -90,15 +96,21 @@ class Forecast:
         return float(lo), float(hi)
 
     def power(self, test: str) -> float:
-        """The share of copies whose ``test`` rejects at level 1 - confidence."""
-        return float(np.mean(self.p_values[test] <= 1 - self.confidence))
+        """The share of copies whose verdict rejects ``test``: identified, and the test rejects at 1 - confidence."""
+        return float(np.mean((self.p_values[test] <= 1 - self.confidence) & self.identified))
+
+    @property
+    def unidentified(self) -> float:
+        """The share of copies whose interval splits into stretches or reaches a bound: their verdict is "not
+        identified"."""
+        return float(np.mean(~self.identified))
 
 
 def forecast_phi(copies: Iterable[pd.DataFrame], options: FitOptions) -> Forecast:
     """Phi's interval over simulated ``copies`` of a runs table (each with its own ``val_loss``)."""
     rows = np.array([phi_interval(runs, options) for runs in copies])
     return Forecast(half_widths=(rows[:, 1] - rows[:, 0]) / 2, confidence=options.confidence,
-                    p_values={"phi = 0": rows[:, 2], "phi = 1": rows[:, 3]})
+                    p_values={"phi = 0": rows[:, 2], "phi = 1": rows[:, 3]}, identified=rows[:, 4].astype(bool))
 
 
 def forecast_delta(pairs: Iterable[tuple[pd.DataFrame, pd.DataFrame]], options: FitOptions) -> Forecast:
@@ -108,9 +120,10 @@ def forecast_delta(pairs: Iterable[tuple[pd.DataFrame, pd.DataFrame]], options: 
     for runs_a, runs_b in pairs:
         shared = fit_shared_base(runs_a, runs_b, fit_joint_law(runs_a, options=options),
                                  fit_joint_law(runs_b, options=options), options)
-        rows.append(((shared.ci[1] - shared.ci[0]) / 2, shared.p_zero))
+        rows.append(((shared.ci[1] - shared.ci[0]) / 2, shared.p_zero, shared.profile.identified))
     rows = np.array(rows)
-    return Forecast(half_widths=rows[:, 0], p_values={"Delta = 0": rows[:, 1]}, confidence=options.confidence)
+    return Forecast(half_widths=rows[:, 0], p_values={"Delta = 0": rows[:, 1]}, confidence=options.confidence,
+                    identified=rows[:, 2].astype(bool))
 
 
 def measured_noise(fit: LawFit, runs: pd.DataFrame, options: FitOptions) -> tuple[float, float]:

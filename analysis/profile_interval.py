@@ -22,8 +22,10 @@ The interval at confidence c is {p : P(F(1, n - k) > F(p)) > 1 - c}, the values 
 The tests against phi = 0 and phi = 1 are the same function at p = 0 and p = 1, both points of the profile's
 grid: the interval excludes 0 exactly when the test against 0 rejects at level 1 - c, and likewise for 1.
 The grid's crossings of the level are refined by zooming in (each bracket cut in ``ZOOM_STEPS``, the bracket
-that still holds the crossing cut again, ``REFINE_LEVELS`` times), and so is the lowest point's stretch; the
-interval is the hull of the accepted points (a profile with two accepted stretches says so in ``segments``).
+that still holds the crossing cut again, ``REFINE_LEVELS`` times), and so is the lowest point's stretch. The
+interval is the accepted points' stretches (``stretches``): one for a single-valley profile; a profile with two
+valleys (a sweep without r = 1 runs can fit a negative phi and a positive one alike) accepts two, with values
+between them rejected, so their hull (``ci``) would hold values, 0 perhaps among them, that the test rejects.
 
 Every stage fits all its points at once, as one batch of fixed-value fits (``analysis.optimize``; each point its
 own problem): the grid from the joint optimum, then each point again from its neighbours' optima until no
@@ -159,15 +161,27 @@ class Profile:
 
     @property
     def ci(self) -> tuple[float, float]:
-        """The hull of the values the test does not reject."""
-        kept = self.values[self.accepted]
-        return (float(kept.min()), float(kept.max())) if kept.size else (np.nan, np.nan)
+        """The hull of the values the test does not reject (of ``stretches``, where it accepts several)."""
+        parts = self.stretches
+        return (parts[0][0], parts[-1][1]) if parts else (np.nan, np.nan)
+
+    @property
+    def stretches(self) -> tuple[tuple[float, float], ...]:
+        """The interval: each run of values the test does not reject, (low, high), in order; one for a
+        single-valley profile. Between two stretches the test rejects, so their hull is no interval of it."""
+        accepted = np.concatenate([[False], self.accepted, [False]]).astype(int)
+        starts, ends = np.flatnonzero(np.diff(accepted) == 1), np.flatnonzero(np.diff(accepted) == -1) - 1
+        return tuple((float(self.values[a]), float(self.values[b])) for a, b in zip(starts, ends))
 
     @property
     def segments(self) -> int:
         """How many separate stretches the test accepts (1 for a single-valley profile)."""
-        accepted = self.accepted.astype(int)
-        return int(accepted[0] + (np.diff(accepted) == 1).sum())
+        return len(self.stretches)
+
+    @property
+    def identified(self) -> bool:
+        """Whether the interval lets a verdict tell the constant from a value: one stretch, reaching no bound."""
+        return self.segments == 1 and not self.reaches
 
     @property
     def reaches(self) -> tuple[float, ...]:

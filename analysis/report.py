@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import numbers, validation
-from .allocation import allocation_table, buildable, readable
+from .allocation import allocation_table, buildable, r1_not_run, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .depth import depth_table, depth_text
@@ -80,7 +80,9 @@ class Analysis:
             "joint": joint.to_dict(), **{name: fit.to_dict() if fit else None for name, fit in
                                          (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
+            "bootstrap_outside_estimate": joint.outside_bootstrap(),
             "gap_to_r1": self.gap_ranges(),
+            "gap_to_r1_warning": (r1_not_run(self.used["r"]) if self.gap_ranges() else "") or None,
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
@@ -105,11 +107,14 @@ class Analysis:
         lines += [f"{self.name}: {s['runs_total']} runs, {s['runs_used']} used, "
                   f"{s['runs_total'] - s['runs_used']} excluded; fitted {joint.n_runs} ({joint.data})",
                   f"{_phi_line(joint)} {status_label(joint, self.options.bounds)}", f"verdict: {joint.verdict}",
-                  *_constant_lines(joint), _r2_line(self.suite)]
+                  *_constant_lines(joint), *[f"warning: {line}" for line in joint.outside_bootstrap()],
+                  _r2_line(self.suite)]
         gaps = s["gap_to_r1"]
         if gaps:
             lines.append("gap to r=1 at the compute optimum (law, nats; smallest and largest over the budgets): "
                          + ", ".join(f"r={r} {numbers.loss(lo)} to {numbers.loss(hi)}" for r, (lo, hi) in gaps.items()))
+            if s["gap_to_r1_warning"]:
+                lines.append(f"warning: {s['gap_to_r1_warning']}")
         if self.backtest is not None:
             lines.append(self.backtest.text())
         depth = self.tables.get("depth_eval", pd.DataFrame())
@@ -272,7 +277,7 @@ def _phi_line(joint: LawFit) -> str:
     if not joint.phi_applicable or joint.fixed_phi is not None or not joint.n_bootstrap:
         return joint.phi_text()
     pct = f"{100 * joint.confidence:.0f}%"
-    return (f"phi = {joint.phi:.3f} ({pct} profile CI {joint.phi_profile_ci[0]:.3f} to {joint.phi_profile_ci[1]:.3f}; "
+    return (f"phi = {joint.phi:.3f} ({pct} profile CI {numbers.stretches(joint.phi_profile_stretches)}; "
             f"bootstrap {pct} CI {joint.phi_ci[0]:.3f} to {joint.phi_ci[1]:.3f} from {joint.n_bootstrap} "
             f"{joint.interval}-bootstrap resamples over {joint.n_cells} cells"
             + (f" and the {joint.n_shared_trials} trials with branch points" if joint.n_shared_trials else "") + ")")

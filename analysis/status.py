@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from mlflow.tracking import MlflowClient
 
 from . import numbers
-from .store import check_store, holder_alive, lock_holder, redact, resolve_tracking_uri, trial_numbers
+from .store import (DamagedNumbers, check_store, holder_alive, lock_holder, redact, resolve_tracking_uri,
+                    trial_numbers)
 from .tracking import _experiment, _runs_of_kind, read_sweep_spec
 from .unfinished import sweep_folder
 
@@ -43,6 +44,7 @@ class SweepStatus:
     failed: int
     flops_spent: float
     cells: dict[str, CellBest] = field(default_factory=dict)
+    damaged: list[str] = field(default_factory=list)  # a line per run set aside: its numbers do not read back
 
     @property
     def done(self) -> int:
@@ -70,6 +72,7 @@ class SweepStatus:
                f"{self.failed} failed",
                f"FLOPs spent: {numbers.flops(self.flops_spent)}; "
                + ("ran " if self.state != "running" else "running for ") + numbers.duration(self.elapsed_s)]
+        out += [f"set aside {line}" for line in self.damaged]
         if self.eta_s is not None:
             out.append(f"ETA: {numbers.duration(self.eta_s)} more at the pace so far (larger budgets run longer)")
         if self.cells:
@@ -116,12 +119,18 @@ def sweep_status(name: str, tracking_uri: str | None) -> SweepStatus:
     cells: dict[str, CellBest] = defaultdict(CellBest)
     running = failed = 0
     spent = 0.0
+    damaged = []
     for run in trials:
-        tags, metrics = run.data.tags, trial_numbers(run)
+        tags = run.data.tags
         if run.info.status == "RUNNING":
             running += 1
             continue
         ended[tags.get("stage", "search")] += 1
+        try:
+            metrics = trial_numbers(run)
+        except DamagedNumbers as exc:  # counted as ended, and named; no FLOPs or best to read from it
+            damaged.append(str(exc))
+            continue
         spent += metrics.get("flops_spent", 0.0)
         best = cells[tags.get("cell", "")]
         best.trials += 1
@@ -132,4 +141,4 @@ def sweep_status(name: str, tracking_uri: str | None) -> SweepStatus:
     planned = parent.data.params.get("planned_trials")
     return SweepStatus(name=name, state=state, driver=driver, elapsed_s=elapsed,
                        planned=int(planned) if planned else None, ended=dict(ended), running=running,
-                       failed=failed, flops_spent=spent, cells=dict(cells))
+                       failed=failed, flops_spent=spent, cells=dict(cells), damaged=damaged)

@@ -72,30 +72,71 @@ CHARTED = ("train_loss", "val_loss")
 NUMBERS_TAG = "loopscale.numbers"
 
 
+class DamagedNumbers(ValueError):
+    """A run's ``NUMBERS_TAG`` that does not read back as one JSON object of numbers: ``run`` names the run,
+    ``detail`` what is wrong; its one line says both."""
+
+    def __init__(self, detail: str, run: str = "") -> None:
+        self.detail, self.run = detail, run
+        super().__init__(f"run {run}: {detail}" if run else detail)
+
+
 def numbers_tags(numbers: dict[str, float], run: Any = None) -> dict[str, str]:
     """The tags that hold ``numbers`` over those ``run`` holds already: their JSON in ``NUMBERS_TAG``, continued
-    in ``NUMBERS_TAG.1``, ``.2``, ... past MLflow's tag length (a module may report many values)."""
+    in ``NUMBERS_TAG.1``, ``.2``, ... past MLflow's tag length (a module may report many values), then one empty
+    piece that ends them. Every further piece ``run`` holds (an earlier, longer text's) is emptied too, so no
+    stale piece is ever read after the new text. A ``run`` whose numbers are damaged raises ``DamagedNumbers``."""
     from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
-    text = json.dumps({**(_tagged_numbers(run.data.tags) if run is not None else {}), **numbers}, sort_keys=True)
-    return {_numbers_piece(i // MAX_TAG_VAL_LENGTH): text[i:i + MAX_TAG_VAL_LENGTH]
-            for i in range(0, len(text), MAX_TAG_VAL_LENGTH)}
+    held = run.data.tags if run is not None else {}
+    text = json.dumps({**(trial_numbers(run, metrics=False) if run is not None else {}), **numbers}, sort_keys=True)
+    pieces = [text[i:i + MAX_TAG_VAL_LENGTH] for i in range(0, len(text), MAX_TAG_VAL_LENGTH)] + [""]
+    last_held = max((i for i in map(_piece_index, held) if i is not None), default=-1)
+    pieces += [""] * (last_held + 1 - len(pieces))
+    return {_numbers_piece(i): piece for i, piece in enumerate(pieces)}
 
 
-def trial_numbers(run: Any) -> dict[str, float]:
+def trial_numbers(run: Any, *, metrics: bool = True) -> dict[str, float]:
     """Every number of a trial run (``CHARTED``'s latest values, and the single-valued ones) by name, whether
-    its sweep logged them as metrics (before) or in ``NUMBERS_TAG``."""
-    return {**run.data.metrics, **_tagged_numbers(run.data.tags)}
+    its sweep logged them as metrics (before) or in ``NUMBERS_TAG``; only the tag's with ``metrics`` False.
+    ``DamagedNumbers`` names the run when its tag is not a JSON object of numbers (a piece garbled, cut short, or
+    a stale one left by an older writer)."""
+    try:
+        tagged = _tagged_numbers(run.data.tags)
+    except DamagedNumbers as exc:
+        raise DamagedNumbers(exc.detail, f"{run.info.run_id} ({run.info.run_name or 'unnamed'})") from None
+    return {**run.data.metrics, **tagged} if metrics else tagged
 
 
 def _numbers_piece(i: int) -> str:
     return NUMBERS_TAG if i == 0 else f"{NUMBERS_TAG}.{i}"
 
 
+def _piece_index(tag: str) -> int | None:
+    """The index of a tag that is a piece of ``NUMBERS_TAG`` (0 for the tag itself), else None."""
+    if tag == NUMBERS_TAG:
+        return 0
+    rest = tag.removeprefix(f"{NUMBERS_TAG}.")
+    return int(rest) if rest != tag and rest.isdigit() else None
+
+
 def _tagged_numbers(tags: dict[str, str]) -> dict[str, float]:
-    pieces = itertools.takewhile(lambda piece: piece is not None, (tags.get(_numbers_piece(i))
-                                                                    for i in itertools.count()))
-    return json.loads("".join(pieces) or "{}")
+    """The numbers of ``NUMBERS_TAG``'s pieces, read up to the first missing or empty one."""
+    pieces = itertools.takewhile(bool, (tags.get(_numbers_piece(i)) for i in itertools.count()))
+    text = "".join(pieces)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise DamagedNumbers(f"its {NUMBERS_TAG} tag is not valid JSON ({exc}; {len(text)} characters)") from None
+    if not isinstance(value, dict):
+        raise DamagedNumbers(f"its {NUMBERS_TAG} tag holds a JSON {type(value).__name__}, not an object of numbers")
+    wrong = next((key for key, v in value.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+    if wrong is not None:
+        raise DamagedNumbers(f"its {NUMBERS_TAG} tag holds {type(value[wrong]).__name__} {value[wrong]!r} at "
+                             f"{wrong!r}, not a number")
+    return value
 
 
 # A factory's options are one param, their JSON, so that their types survive the store (a param is a string,

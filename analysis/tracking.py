@@ -15,6 +15,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,14 +25,18 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
-from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact,
-                    resolve_tracking_uri, runs_query, trial_numbers)
+from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, NUMBERS_TAG, SUPPRESS_URLS, DamagedNumbers, check_store,
+                    iter_runs, redact, resolve_tracking_uri, runs_query, trial_numbers)
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
 # Where a number lives when the trial logged no metrics (failed runs): a tag of another name.
 TAG_FALLBACK = {"r": "r", "budget_flops": "budget"}
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+# A run whose numbers tag does not read back (``store.DamagedNumbers``) is set aside: this status and reason in the
+# table (the excluded runs count them together), and on stderr a line naming it and saying what is wrong
+DAMAGED = "damaged"
+DAMAGED_REASON = f"its {NUMBERS_TAG} tag does not read back as an object of numbers"
 
 
 def _experiment(client: MlflowClient, name: str, uri: str):
@@ -47,7 +52,8 @@ def _runs_of_kind(client: MlflowClient, experiment_id: str, kind: str) -> list:
 
 
 def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dict[str, Any]], str]:
-    """Raw rows (one per trial run) of ``experiment`` and the URI they came from."""
+    """Raw rows (one per trial run) of ``experiment`` and the URI they came from; a line on stderr for each run
+    set aside as ``DAMAGED``."""
     uri = resolve_tracking_uri(tracking_uri)
     check_store(uri)
     try:
@@ -61,7 +67,15 @@ def read_trial_runs(experiment: str, tracking_uri: str | None) -> tuple[list[dic
                                 f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")) from None
     if not runs:
         raise ValueError(f"experiment {experiment!r} at {redact(uri)} has no trial runs")
-    return [_row(run, experiment) for run in runs], uri
+    rows = []
+    for run in runs:
+        try:
+            numbers = trial_numbers(run)
+        except DamagedNumbers as exc:  # one line, whichever command reads the sweep; the table lists it as excluded
+            print(f"loopscale: warning: set aside {exc}", file=sys.stderr, flush=True)
+            numbers = None
+        rows.append(_row(run, experiment, numbers))
+    return rows, uri
 
 
 def read_sweep_spec(experiment: str, tracking_uri: str) -> dict[str, Any] | None:
@@ -104,8 +118,10 @@ def read_sweep_progress(experiment: str, tracking_uri: str) -> dict[str, Any] | 
             "storage": spec.get("storage")}
 
 
-def _row(run, experiment: str) -> dict[str, Any]:
-    metrics, params, tags = trial_numbers(run), run.data.params, run.data.tags
+def _row(run, experiment: str, numbers: dict[str, float] | None) -> dict[str, Any]:
+    """A trial run as a raw row from its ``numbers`` (``store.trial_numbers``); None where they are damaged: then
+    status ``DAMAGED``, and only what its params and tags hold."""
+    metrics, params, tags = numbers or {}, run.data.params, run.data.tags
     row: dict[str, Any] = {
         "run_id": run.info.run_id, "sweep": tags.get("sweep", experiment), "stage": tags.get("stage", "search"),
         "cell": tags.get("cell", ""), "cell_widths": tags.get("cell_widths", ""),
@@ -117,7 +133,9 @@ def _row(run, experiment: str) -> dict[str, Any]:
         if value is None and key in TAG_FALLBACK:
             value = tags.get(TAG_FALLBACK[key])
         row[key] = value
-    if "status" in tags:
+    if numbers is None:
+        row["status"], row["reason"] = DAMAGED, DAMAGED_REASON
+    elif "status" in tags:
         row["status"], row["reason"] = tags["status"], tags.get("reason", "")
     elif "val_loss" in metrics:
         row["status"], row["reason"] = "ok", ""

@@ -39,6 +39,15 @@ def _half_width(f: Forecast) -> str:
             f"{numbers.span(lo, hi, numbers.sig)}")
 
 
+def _unidentified(f: Forecast, name: str) -> str:
+    """Where some copies' verdicts are "not identified", how many: they count in no power, and their intervals'
+    hulls are in the half-width."""
+    if not f.unidentified:
+        return ""
+    return (f"; {name} not identified in {round(f.unidentified * f.n)} of {f.n} copies (an interval in separate "
+            "stretches or reaching the fit's bound), which count in no power")
+
+
 def cost_line(spec: SweepSpec, outcome: Outcome, mfu: float, peak: float) -> str:
     flops = outcome.design.flops + calibration_flops(spec)
     calibration = f", calibration {numbers.flops(calibration_flops(spec))} of it" if calibration_flops(spec) else ""
@@ -62,13 +71,13 @@ def render_precision(spec: SweepSpec, setting: Setting, own: Outcome, *, baselin
         f"noise: {_noise(setting.noise)} ({setting.noise_source})",
         f"phi's {pct} interval half-width: {_half_width(own.phi)}",
         f"power to reject phi = 0: {_share(own.phi.power('phi = 0'), own.phi.n)}; phi = 1: "
-        f"{_share(own.phi.power('phi = 1'), own.phi.n)}",
+        f"{_share(own.phi.power('phi = 1'), own.phi.n)}" + _unidentified(own.phi, "phi"),
     ]
     if own.delta is not None and baseline is not None:
         power = _share(own.delta.power("Delta = 0"), own.delta.n)
         lines += [f"Delta-phi against the baseline ({baseline.source}, phi {numbers.sig(baseline.phi)}, noise "
                   f"{_noise(baseline.noise)}) at Delta = {delta:g}, one model with a shared base law: half-width "
-                  f"{_half_width(own.delta)}; power to tell it from 0: {power}"]
+                  f"{_half_width(own.delta)}; power to tell it from 0: {power}" + _unidentified(own.delta, "Delta-phi")]
     lines.append(f"cost: {cost_line(spec, own, mfu, peak)}")
     if search is not None and target is not None:
         lines += search_lines(spec, search, target, mfu, peak)
