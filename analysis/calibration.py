@@ -67,11 +67,11 @@ class RateChoice:
         noise = "" if self.noise is None else f"noise {self.noise:.4f} nats, {self.dof} dof"
         detail = "; ".join(part for part in (fit, noise) if part)
         if self.claimed:
-            return (f"calibrated {self.param} = {self.rate:.4g}: the {fit}, apart from the reference "
+            return (f"calibrated {self.param} = {self.rate:.4g}: the {fit}, told apart from the reference "
                     f"{self.reference:.4g} ({noise}); every search trial uses it")
-        return (f"calibration cannot tell a better {self.param} from {self.reference:.4g} ({self.why}"
-                f"{'; ' + detail if detail else ''}); using {self.rate:.4g}, the trained rate nearest the "
-                f"reference; every search trial uses it")
+        return (f"calibrated {self.param} = {self.rate:.4g}: the trials cannot tell a better rate from the "
+                f"reference {self.reference:.4g} ({self.why}{'; ' + detail if detail else ''}), so the trained "
+                "rate nearest it; every search trial uses it")
 
     def to_dict(self) -> dict:
         return {"param": self.param, self.param: self.rate, "ci": list(self.ci) if self.ci else None,

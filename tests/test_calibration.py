@@ -82,4 +82,5 @@ def test_rates_within_the_noise_give_the_same_rate_under_two_seeds_and_say_so(tm
     lowest = [rates[int(np.argmin(seed_losses))] for seed_losses in losses]
     assert lowest[0] != lowest[1]  # the trial of the lowest loss, the choice before the fit, flips with the seed
     assert [c.claimed for c in choices] == [False, False] and [c.rate for c in choices] == [0.04, 0.04]
-    assert all(c.line().startswith("calibration cannot tell a better base_lr from 0.04") for c in choices)
+    assert all(c.line().startswith("calibrated base_lr = 0.04: the trials cannot tell a better rate from the "
+                                   "reference 0.04") for c in choices)
