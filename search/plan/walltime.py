@@ -150,8 +150,10 @@ def replay(cells: list[Cell], slots: int, seconds: Callable[[Cell, int], float],
     now = 0.0
     while any(started[c.key] < c.n_trials for c in cells):
         if len(running) == slots:
-            now = max(running)[0] if rounds else heapq.heappop(running)[0]
-            running = [] if rounds else running
+            if rounds:  # every slot frees when the round's last trial ends
+                now, running = max(running)[0], []
+            else:
+                now = heapq.heappop(running)[0]
             continue
         busy = {c.key: sum(1 for _, k in running if k == c.key) for c in cells}
         key = next_cell([CellState(c.key, c.budget, busy[c.key], started[c.key], started[c.key] < c.n_trials)
