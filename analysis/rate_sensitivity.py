@@ -7,9 +7,10 @@ cell of one design: the best widths, the x 1 runs being the best trials themselv
 each rate's runs alone, so the fits differ by the rate only, and phi_k - phi_1 is the move the rate makes; the
 gaps to r = 1 are the runs' own, per budget L(C, r) - L(C, 1), at each rate.
 
-Verdict: "robust to the rate" when at every rate tried the sweep's phi moved by phi_k - phi_1 stays inside the
-sweep's own profile interval and no gap to r = 1 changes sign (looping neither starts nor stops paying at a
-budget); else "the rate decides it". Each r's best rate is the factor of its lowest summed loss over the budgets;
+Verdict: "the rate decides it" when a gap to r = 1 changes sign across the rates (looping starts or stops paying
+at a budget) or phi moved by phi_k - phi_1 leaves the sweep's own profile interval at a rate tried; "robust to the
+rate" when neither happens; "cannot tell" when no gap changes sign but phi is not located at every rate (or the
+sweep's interval is not), so the move cannot be judged. Each r's best rate is the factor of its lowest summed loss over the budgets;
 a looped r whose best rate differs from r = 1's is named, since its phi then rests on a rate tuned for r = 1.
 """
 
@@ -28,7 +29,7 @@ from .runs import usable_runs
 
 RATE_FACTORS = (0.5, 2.0)  # the rates tried, as multiples of the rate the search trained with
 RATE_STAGE = "rate_x"  # the stages' names: rate_x0.5, rate_x2
-ROBUST, DECIDES = "robust to the rate", "the rate decides it"
+ROBUST, DECIDES, UNJUDGED = "robust to the rate", "the rate decides it", "cannot tell"
 
 
 def stage_name(factor: float) -> str:
@@ -66,7 +67,7 @@ def rate_sensitivity(runs: pd.DataFrame, joint: LawFit, options: FitOptions) -> 
     looped = {r: f for r, f in best.items() if r != "1" and "1" in best and f != best["1"]}
     return {"factors": factors, "phi": [phis[f] for f in factors], "phi_move": [moves[f] for f in factors],
             "runs": [len(tables[f]) for f in factors], "gaps_to_r1": gaps, "best_factor_by_r": best,
-            "best_rate_differs": looped, "verdict": ROBUST if inside and signs else DECIDES,
+            "best_rate_differs": looped, "verdict": _verdict(located, inside, signs),
             "why": _why(located, inside, signs)}
 
 
@@ -78,11 +79,18 @@ def _phi(table: pd.DataFrame, options: FitOptions) -> float:
         return math.nan
 
 
+def _verdict(located: bool, inside: bool, signs: bool) -> str:
+    if not signs or (located and not inside):
+        return DECIDES
+    return ROBUST if located else UNJUDGED
+
+
 def _why(located: bool, inside: bool, signs: bool) -> str:
+    reasons = [] if signs else ["a gap to r = 1 changes sign"]
     if not located:
-        return "phi's interval, or phi at a rate, is not located"
-    reasons = [] if inside else ["phi moves outside its own interval"]
-    reasons += [] if signs else ["a gap to r = 1 changes sign"]
+        reasons.append("phi at a rate, or the sweep's interval, is not located")
+    elif not inside:
+        reasons.append("phi moves outside its own interval")
     return "; ".join(reasons) or "phi stays inside its interval and every gap to r = 1 keeps its sign"
 
 

@@ -81,8 +81,7 @@ class Analysis:
             "experiment": self.name, "unfinished": self.unfinished or None,
             "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
             "excluded": excluded.to_dict(orient="records"),
-            "joint": {**joint.to_dict(), **({"rate_sensitivity": self.rate_sensitivity} if self.rate_sensitivity
-                                            else {})}, **{name: fit.to_dict() if fit else None for name, fit in
+            "joint": self._joint_record(), **{name: fit.to_dict() if fit else None for name, fit in
                                          (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
             "gap_to_r1": self.gap_ranges(),
@@ -95,6 +94,13 @@ class Analysis:
             "validation": self.validation.to_dict(orient="records"),
             "calibration": self.calibration,
         }
+
+    def _joint_record(self) -> dict[str, Any]:
+        """The joint fit's record, with phi at other rates where the sweep trained them."""
+        record = self.suite.joint.to_dict()
+        if self.rate_sensitivity:
+            record["rate_sensitivity"] = self.rate_sensitivity
+        return record
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""

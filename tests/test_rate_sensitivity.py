@@ -5,15 +5,23 @@ rate with its interval (``calibration``); ``loopscale plan`` prices the extra st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
 from loopscale.analysis.cli import analyze_experiment
-from loopscale.analysis.rate_sensitivity import DECIDES, ROBUST
+from loopscale.analysis.options import DEFAULT_FIT_OPTIONS
+from loopscale.analysis.rate_sensitivity import (DECIDES, ROBUST, UNJUDGED, best_runs, lines, rate_sensitivity,
+                                                 stage_name)
+from loopscale.analysis.suite import fit_suite
+from loopscale.model import JointLaw
+from loopscale.objectives.noise import Noise
 from loopscale.search import SweepSpec
+from loopscale.search.precision.design import design_of
 from loopscale.search.plan.flops import rate_sensitivity_estimate
 from loopscale.search.plan.walltime import Throughput, estimate
 from loopscale.search.tune.driver import run_search
@@ -83,7 +91,7 @@ def test_a_tiny_sweep_reports_phi_and_the_gaps_at_each_rate(tmp_path):
     assert "ci" in calibration and calibration["trials"] == 4
     sensitivity = summary["joint"]["rate_sensitivity"]
     assert sensitivity["factors"] == [0.5, 1.0, 2.0] and sensitivity["runs"] == [4, 4, 4]
-    assert sensitivity["verdict"] in (ROBUST, DECIDES) and len(sensitivity["phi"]) == 3
+    assert sensitivity["verdict"] in (ROBUST, DECIDES, UNJUDGED) and len(sensitivity["phi"]) == 3
     loss = {(f, run.data.tags["cell"]): run.data.metrics["val_loss"]
             for f in (0.5, 2.0) for run in by_stage[f"rate_x{f:g}"]}
     loss.update({(1.0, cell): run.data.metrics["val_loss"] for cell, run in best.items()})
@@ -96,3 +104,36 @@ def test_a_tiny_sweep_reports_phi_and_the_gaps_at_each_rate(tmp_path):
                   for f in (0.5, 1.0, 2.0)}
         assert factor == min(summed, key=summed.get)
     assert f"verdict: {sensitivity['verdict']}" in (out / "summary.txt").read_text()
+
+
+def simulated_sweep(tmp_path):
+    """A simulated sweep of 9 cells (3 budgets x r in {1, 2, 4}) under the smoke preset's law, quiet enough that
+    phi is located from one run per cell, and its joint fit."""
+    spec = SweepSpec.from_toml("smoke", ["budgets=[1e12, 3e12, 1e13]", "trials_per_cell=4"],
+                               tracking_uri=f"sqlite:///{tmp_path}/unused.db")
+    runs = design_of(spec, JointLaw(**spec.simulation.law), Noise(noise=0.001, cell_noise=0.0, misspec=0.0), 2).runs
+    options = dataclasses.replace(DEFAULT_FIT_OPTIONS, n_bootstrap=0)
+    return runs, fit_suite(runs, options=options).joint, options
+
+
+def at_rate(best: pd.DataFrame, factor: float, shift) -> pd.DataFrame:
+    return best.assign(stage=stage_name(factor), val_loss=best["val_loss"] + best["r"].map(shift))
+
+
+def test_the_verdict_holds_when_the_rate_shifts_every_r_alike_and_not_when_it_reverses_a_gap(tmp_path):
+    runs, joint, options = simulated_sweep(tmp_path)
+    assert np.isfinite(joint.phi_profile_ci).all()
+    best = best_runs(runs)
+    alike = pd.concat([runs, at_rate(best, 0.5, lambda r: 0.004), at_rate(best, 2.0, lambda r: 0.002)])
+    robust = rate_sensitivity(alike, joint, options)
+    assert robust["verdict"] == ROBUST and robust["runs"] == [9, 9, 9] and np.isfinite(robust["phi"]).all()
+    assert all(abs(m) < joint.phi_profile_ci[1] - joint.phi_profile_ci[0] for m in robust["phi_move"])
+    assert robust["best_factor_by_r"] == {"1": 1.0, "2": 1.0, "4": 1.0} and robust["best_rate_differs"] == {}
+    # at x 2 the unique model loses 0.2 nats and the looped ones gain 0.01: looping starts to pay everywhere
+    reversed_gap = pd.concat([runs, at_rate(best, 0.5, lambda r: 0.004),
+                              at_rate(best, 2.0, lambda r: 0.2 if r == 1 else -0.01)])
+    decided = rate_sensitivity(reversed_gap, joint, options)
+    assert decided["verdict"] == DECIDES and "a gap to r = 1 changes sign" in decided["why"]
+    assert decided["best_rate_differs"] == {"2": 2.0, "4": 2.0}
+    assert any("r=2's best rate is x2, r=1's x1" in line for line in lines(decided))
+    assert rate_sensitivity(runs, joint, options) is None  # no rate stage ran
