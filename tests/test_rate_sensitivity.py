@@ -25,6 +25,7 @@ from loopscale.search.precision.design import design_of
 from loopscale.search.plan.flops import rate_sensitivity_estimate
 from loopscale.search.plan.walltime import Throughput, estimate
 from loopscale.search.tune.driver import run_search
+from loopscale.search.validate import search_recipe
 from test_spec import write_spec
 
 STEPS = Throughput(flops_per_s=5e9, step_s=0.1, shape="", device="cpu", setup_s=2.0, side_by_side=2)
@@ -89,6 +90,7 @@ def test_a_tiny_sweep_reports_phi_and_the_gaps_at_each_rate(tmp_path):
     calibration = summary["calibration"]
     assert calibration["base_lr"] == pytest.approx(float(by_stage["search"][0].data.params["recipe.base_lr"]))
     assert "ci" in calibration and calibration["trials"] == 4
+    assert search_recipe(spec)["base_lr"] == calibration["base_lr"]  # the rate validation rungs would train at
     sensitivity = summary["joint"]["rate_sensitivity"]
     assert sensitivity["factors"] == [0.5, 1.0, 2.0] and sensitivity["runs"] == [4, 4, 4]
     assert sensitivity["verdict"] in (ROBUST, DECIDES, UNJUDGED) and len(sensitivity["phi"]) == 3
