@@ -7,11 +7,12 @@ cell of one design: the best widths, the x 1 runs being the best trials themselv
 each rate's runs alone, so the fits differ by the rate only, and phi_k - phi_1 is the move the rate makes; the
 gaps to r = 1 are the runs' own, per budget L(C, r) - L(C, 1), at each rate.
 
-Verdict: "the rate decides it" when a gap to r = 1 changes sign across the rates (looping starts or stops paying
-at a budget) or phi moved by phi_k - phi_1 leaves the sweep's own profile interval at a rate tried; "robust to the
+Verdict: "the rate decides it" when a gap to r = 1 changes sign across the rates (looping starts or stops paying at
+a budget) or phi moved by phi_k - phi_1 leaves the sweep's own profile interval at a rate tried; "robust to the
 rate" when neither happens; "cannot tell" when no gap changes sign but phi is not located at every rate (or the
-sweep's interval is not), so the move cannot be judged. Each r's best rate is the factor of its lowest summed loss over the budgets;
-a looped r whose best rate differs from r = 1's is named, since its phi then rests on a rate tuned for r = 1.
+sweep's interval is not), so the move cannot be judged. Each r's best rate is the factor of its lowest summed loss
+over the budgets; a looped r whose best rate differs from r = 1's is named, since its phi then rests on a rate tuned
+for r = 1.
 """
 
 from __future__ import annotations

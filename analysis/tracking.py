@@ -25,8 +25,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
-from .store import (BRANCH_COLUMN, CALIBRATION_TAG, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact,
-                    resolve_tracking_uri, runs_query, trial_numbers)
+from .store import (BRANCH_COLUMN, CALIBRATION_TAG, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs,
+                    redact, resolve_tracking_uri, runs_query, trial_numbers)
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")

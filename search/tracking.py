@@ -53,8 +53,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from loopscale.analysis import numbers
-from loopscale.analysis.store import (CALIBRATION_TAG, CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs,
-                                      numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
+from loopscale.analysis.store import (CALIBRATION_TAG, CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text,
+                                      iter_runs, numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key, is_module_key
 

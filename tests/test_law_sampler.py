@@ -440,9 +440,9 @@ def test_by_default_the_same_spec_gives_the_same_trials_and_phi_whichever_trial_
 
     small = dataclasses.replace(branched, grid=dataclasses.replace(branched.grid, budgets=tuple(BUDGETS[:2]),
                                                                     recurrences=(1, 2, 4)))
-    assert small.sampling.rounds is None and small.sampling.in_rounds  # the law sampler's default
-    first = slots(CellTrials(make_studies(small, "search", None), rounds=small.sampling.in_rounds), 3, grows)
-    second = slots(CellTrials(make_studies(small, "search", None), rounds=small.sampling.in_rounds), 3, reverse)
+    assert small.sampling.rounds_written is None and small.sampling.rounds  # the law sampler's default
+    first = slots(CellTrials(make_studies(small, "search", None), rounds=small.sampling.rounds), 3, grows)
+    second = slots(CellTrials(make_studies(small, "search", None), rounds=small.sampling.rounds), 3, reverse)
     assert first[1] != second[1]  # the trials did finish in other orders
     assert first[0] == second[0]
     phis = [fit_joint_law(runs, n_starts=20, n_bootstrap=0).phi for _, _, runs, _ in (first, second)]

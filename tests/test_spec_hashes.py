@@ -79,10 +79,10 @@ def test_rounds_are_on_by_default_for_a_sampler_that_reads_results_and_every_spe
     """``rounds`` defaulted to false before: a spec that leaves it out, or writes false, hashed as one, and still
     does (a sweep started then resumes), though it now proposes in rounds unless it writes false."""
     unwritten, off, on = (load(case, tmp_path) for case in ("smoke", "rounds-false", "rounds-true"))
-    assert (unwritten.sampling.in_rounds, off.sampling.in_rounds, on.sampling.in_rounds) == (True, False, True)
+    assert (unwritten.sampling.rounds, off.sampling.rounds, on.sampling.rounds) == (True, False, True)
     assert unwritten.spec_hash == off.spec_hash != on.spec_hash
     grid = SweepSpec.from_toml(SMOKE_V1, ["sampler=grid", f"storage={tmp_path / 'tune'}"])
-    assert not grid.sampling.in_rounds  # a grid's proposals read no results: rounds would only cost time
+    assert not grid.sampling.rounds  # a grid's proposals read no results: rounds would only cost time
 
 
 def test_a_sweep_started_before_rounds_were_the_default_resumes_without_them(tmp_path):

@@ -185,7 +185,7 @@ def _stage_seconds(spec: SweepSpec, stage: str, cells: list[Cell], throughput: T
                 out += throughput.compile_s
         return out
 
-    return max(end for _, end, _ in replay(cells, slots, seconds, rounds=spec.sampling.in_rounds))
+    return max(end for _, end, _ in replay(cells, slots, seconds, rounds=spec.sampling.rounds))
 
 
 def _branches(spec: SweepSpec, cell: Cell, s: float) -> list[dict]:

@@ -47,7 +47,7 @@ class SweepOutcome:
 
 class SweepState(JsonFile):
     """``<storage>/<name>/sweep.json``: the spec hash, whether the sweep completed, and what its stages do where
-    the hash does not say (``spec_parts.hashed_when``): ``rounds``, whether its searchers propose in rounds, and
+    the hash does not say (``spec_parts.hashed_as_written``): ``rounds``, whether its searchers propose in rounds, and
     ``calibration``, how its calibration chooses the rate ("fit": ``analysis.calibration.choose_rate``). A sweep
     started before they were recorded does as it did then: in rounds only where its spec wrote ``rounds = true``,
     and with the calibration trial of the lowest loss ("best")."""
@@ -60,12 +60,12 @@ class SweepState(JsonFile):
 
     @staticmethod
     def fresh(spec: SweepSpec) -> dict[str, Any]:
-        return {"spec_hash": spec.spec_hash, "complete": False, "rounds": spec.sampling.in_rounds,
+        return {"spec_hash": spec.spec_hash, "complete": False, "rounds": spec.sampling.rounds,
                 "calibration": "fit"}
 
     @staticmethod
     def rounds(saved: dict[str, Any], spec: SweepSpec) -> bool:
-        return saved.get("rounds", spec.sampling.rounds is True)
+        return saved.get("rounds", spec.sampling.rounds_written is True)
 
     @staticmethod
     def calibration(saved: dict[str, Any]) -> str:
