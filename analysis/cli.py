@@ -204,6 +204,10 @@ def analyze_experiment(experiment: str, tracking_uri: str | None = None, *, out:
     result = analyze(runs, name=name, options=options, budgets=budgets, recurrences=recurrences,
                      progress=progress)
     result.unfinished = unfinished
+    if runs.attrs.get("tracking_uri") is not None:
+        from .tracking import read_sweep_calibration
+
+        result.calibration = read_sweep_calibration(experiment, runs.attrs["tracking_uri"])
     progress(f"writing tables and plots to {out}")
     written = result.write(out)
     print(result.summary_text())

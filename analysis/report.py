@@ -35,6 +35,8 @@ from .identify import likely_fixes, status_label
 from .isoflop import IsoflopResult, cell_gaps, cell_optima
 from .law_optimum import RunCosts, optimum_table, short_table
 from .options import DEFAULT_FIT_OPTIONS, FitOptions
+from .rate_sensitivity import lines as rate_lines
+from .rate_sensitivity import rate_sensitivity
 from .plots import (depth_figure, frontier_figure, isoflop_figure, law_figure, phi_figure, residual_figure, save,
                     validation_figure)
 from .flops import flops_spent, flops_text
@@ -65,6 +67,8 @@ class Analysis:
     unfinished: str = ""  # where an unfinished sweep stands (analysis/unfinished.py); '' when it finished
     validation: pd.DataFrame = field(default_factory=pd.DataFrame)  # rungs predicted and achieved (validation.py)
     validation_band: pd.DataFrame | None = None
+    calibration: dict[str, Any] | None = None  # the sweep's recorded calibration choice (analysis/calibration.py)
+    rate_sensitivity: dict[str, Any] | None = None  # phi at other rates, where the sweep ran it (rate_sensitivity.py)
 
     @property
     def used(self) -> pd.DataFrame:
@@ -77,7 +81,7 @@ class Analysis:
             "experiment": self.name, "unfinished": self.unfinished or None,
             "runs_total": len(self.runs), "runs_used": len(self.used), "runs_fitted": joint.n_runs,
             "excluded": excluded.to_dict(orient="records"),
-            "joint": joint.to_dict(), **{name: fit.to_dict() if fit else None for name, fit in
+            "joint": self._joint_record(), **{name: fit.to_dict() if fit else None for name, fit in
                                          (("phi0", self.suite.phi0), ("phi1", self.suite.phi1))},
             "per_r": {str(r): f.to_dict() for r, f in self.suite.per_r.items()},
             "bootstrap_outside_estimate": joint.outside_bootstrap(),
@@ -90,7 +94,15 @@ class Analysis:
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
             "validation": self.validation.to_dict(orient="records"),
+            "calibration": self.calibration,
         }
+
+    def _joint_record(self) -> dict[str, Any]:
+        """The joint fit's record, with phi at other rates where the sweep trained them."""
+        record = self.suite.joint.to_dict()
+        if self.rate_sensitivity:
+            record["rate_sensitivity"] = self.rate_sensitivity
+        return record
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
@@ -121,6 +133,9 @@ class Analysis:
         if not depth.empty:
             lines.append(depth_text(depth))
         lines += validation.lines(self.validation, joint.confidence)
+        if self.calibration:
+            lines.append(self.calibration["line"])
+        lines += rate_lines(self.rate_sensitivity)
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
         if spent is not None:
@@ -256,6 +271,7 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
                         seconds=time.perf_counter() - start, backtest=held_out)
+    analysis.rate_sensitivity = rate_sensitivity(runs, suite.joint, options)
     analysis.validation = validation.compare(suite.joint, runs, options)
     if not analysis.validation.empty and not mismatch:
         analysis.validation_band = validation.band(suite.joint, analysis.validation, used["budget_flops"],

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 KIND_TAG = "loopscale.kind"  # "sweep" | "trial" | "analysis"
+CALIBRATION_TAG = "calibration"  # the sweep run's JSON of its calibration's choice (analysis/calibration.py)
 SUPPRESS_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # else MLflow prints each run's URL, password included
 TRACKING_ENV = "MLFLOW_TRACKING_URI"
 DEFAULT_RUN_DIR = "loopscale-runs"  # the search's outputs (store, Tune storage, cache, analysis) by default

@@ -12,6 +12,7 @@ every failure is a ValueError with one line, in which a URI's password is shown 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -25,8 +26,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
-from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, NUMBERS_TAG, SUPPRESS_URLS, DamagedNumbers, check_store,
-                    iter_runs, redact, resolve_tracking_uri, runs_query, trial_numbers)
+from .store import (BRANCH_COLUMN, CALIBRATION_TAG, EVAL_COLUMN, KIND_TAG, NUMBERS_TAG, SUPPRESS_URLS, DamagedNumbers,
+                    check_store, iter_runs, redact, resolve_tracking_uri, runs_query, trial_numbers)
 
 NUMERIC_KEYS = ("r", "budget_flops", "width", "n_prelude", "n_recur", "n_coda", "N_once", "N_rec", "N_embed",
                 "flops_per_token", "tokens", "flops_spent", "val_loss", "lr", "s", "batch_tokens")
@@ -99,6 +100,15 @@ def read_sweep_spec(experiment: str, tracking_uri: str) -> dict[str, Any] | None
     if sweeps[0].data.tags.get("objective"):
         spec["objective"] = sweeps[0].data.tags["objective"]
     return spec
+
+
+def read_sweep_calibration(experiment: str, tracking_uri: str) -> dict[str, Any] | None:
+    """The calibration's choice as the sweep recorded it on its run (``CALIBRATION_TAG``: the rate, its
+    interval, whether the trials told it apart; analysis/calibration.py), or None where it recorded none."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    sweeps = _runs_of_kind(client, _experiment(client, experiment, tracking_uri).experiment_id, "sweep")
+    text = sweeps[0].data.tags.get(CALIBRATION_TAG) if sweeps else None
+    return json.loads(text) if text else None
 
 
 def read_sweep_progress(experiment: str, tracking_uri: str) -> dict[str, Any] | None:

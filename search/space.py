@@ -77,6 +77,14 @@ def rung_cells(grid: Grid, budgets: tuple[float, ...]) -> list[Cell]:
             for r in grid.recurrences]
 
 
+def rate_cells(grid: Grid, stage: str) -> list[Cell]:
+    """A rate-sensitivity stage as the plan prices it before the search: a trial per search cell at the widths
+    of that cell, its first guess by ``first_guess_tokens_per_param`` (the search picks its width:
+    search/rate_sensitivity.py)."""
+    return [dataclasses.replace(search_cell(grid, 1, budget, r), stage=stage) for budget in grid.budgets
+            for r in grid.recurrences]
+
+
 def spread(n: int, k: int) -> list[float]:
     """k indices spread evenly over 0..n-1 (the grid sampler's widths in a cell)."""
     return [0.0] if k == 1 else [i * (n - 1) / (k - 1) for i in range(k)]

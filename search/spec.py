@@ -25,13 +25,16 @@ Layout (every key optional unless marked)::
     deferred_budgets = 1             # law sampler with branches: budgets just below each r's largest that take no
                                      # trial of their own until the larger cells' branches have reached them (a
                                      # cheaper budget of the r always takes its first trial; 0 = none wait)
-    rounds = false                   # propose in rounds: a round's trials all end before the next round is
+    rounds = true                    # propose in rounds: a round's trials all end before the next round is
                                      # proposed, their results told in a fixed order (search/tune/cells.py), so
-                                     # the design does not depend on which trial finishes first
+                                     # the design does not depend on which trial finishes first (default: true
+                                     # for the law, gp and tpe samplers, whose proposals read results)
     seeds = "shared"                 # "shared": every trial trains from `seed` (initialisation) and [data] seed
                                      # (batch order); "per_trial": each trial from its own seed, derived from
                                      # `seed` and the trial's key, so the seed's effect shows in phi's interval
     min_steps = 10                   # a width needs at least this many optimizer steps in its cell
+    rate_sensitivity = false         # train: the sweep ends by training each cell's best width at its rate x 1/2
+                                     # and x 2; analyze reports how phi and the gaps to r = 1 move with the rate
     first_guess_tokens_per_param = 20
     tracking_uri = "sqlite:///..."   # default $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/loopscale-runs/mlflow.db
     storage = "./loopscale-runs/tune"
@@ -79,7 +82,7 @@ from . import space
 from .overrides import apply_sets, effective_text
 from .preflight import check_folder
 from .space import STAGES, Cell
-from .spec_parts import Calibration, Grid, Placement, Rungs, Sampling, Simulation, Training, hashed
+from .spec_parts import Calibration, Grid, Placement, Rungs, Sampling, Sensitivity, Simulation, Training, hashed
 from .toml_table import Table, require
 
 PRESET_NAMES = ("smoke", "demo", "paper")
@@ -98,6 +101,8 @@ class SweepSpec:
     training: Training
     placement: Placement
     rungs: Rungs = field(default_factory=Rungs)  # [validate]: the rungs the sweep ends with (search/validate.py)
+    # rate_sensitivity: each cell's best width trained again at other rates (search/rate_sensitivity.py)
+    sensitivity: Sensitivity = field(default_factory=Sensitivity)
     source: str = field(default="", compare=False)  # where it was read from, for messages
     # the folder its relative paths ([template] architecture) were resolved against: the spec file's
     folder: str = field(default="", compare=False)
@@ -181,8 +186,8 @@ class SweepSpec:
             measured.cache_in(placement.cache_dir)
         training = dataclasses.replace(training, calibrate=Calibration.parse(t.table("calibrate"), grid))
         spec = cls(name=name, objective=objective, grid=grid, sampling=sampling, simulation=simulation,
-                   training=training, placement=placement, rungs=Rungs.parse(t, grid), source=source,
-                   folder=str(folder.resolve()), text=text)
+                   training=training, placement=placement, rungs=Rungs.parse(t, grid),
+                   sensitivity=Sensitivity.parse(t, objective), source=source, folder=str(folder.resolve()), text=text)
         spec.cells()  # every cell must have a width that trains
         if "testing" in raw:  # outside TOP_KEYS: refused in one line unless the test suite runs
             widths = {c.key: c.widths for c in spec.cells()}
@@ -247,7 +252,8 @@ class SweepSpec:
         and resumes). A spec's own architecture enters by its source fingerprint, so a checkout in another folder
         resumes and an edited file does not."""
         values = {"name": self.name, "objective": self.objective}
-        for part in (self.grid, self.sampling, self.simulation, self.training, self.placement, self.rungs):
+        for part in (self.grid, self.sampling, self.simulation, self.training, self.placement, self.rungs,
+                     self.sensitivity):
             values.update(hashed(part))
         if "architecture" in values["template"]:  # by its source, not by where the spec's folder lies
             from loopscale.model import architecture
@@ -264,7 +270,7 @@ class SweepSpec:
 TOP_KEYS = (
     "name", "objective", "seed", "budgets", "recurrences", "seq_len", "batch_tokens", "val_tokens",
     "trials_per_cell", "sampler", "tolerance", "branches", "information", "deferred_budgets", "rounds", "seeds",
-    "min_steps",
+    "min_steps", "rate_sensitivity",
     "first_guess_tokens_per_param",
     "tracking_uri", "storage",
     "cache_dir", "address", "template", "widths", "simulate", "data", "recipe", "calibrate", "resources", "validate",

@@ -4,7 +4,9 @@ where it is built: the ``Grid`` of cells and the model template, the ``Sampling`
 machines and stores.
 
 Each field declares whether it is part of the design (``spec_hash``): a ``PLACEMENT`` field never is (where a
-sweep runs may move between resumes), an ``added`` field only off the default that behaves as before it was added.
+sweep runs may move between resumes), an ``added`` field only off the default that behaves as before it was added,
+a ``hashed_as_written`` field only while its key was written with the one value that entered the hash before its
+default changed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscale import objectives
+from loopscale.analysis.rate_sensitivity import RATE_FACTORS, stage_name
 from loopscale.analysis.store import DEFAULT_RUN_DIR, resolve_tracking_uri
 from loopscale.model import (BUILTIN, DEPTH_SAMPLINGS, INJECTIONS, ISO_DEPTH, LoopedConfig, heads_to_s,
                              iso_depth_template, s_to_heads, tokens_for_budget)
@@ -24,6 +27,7 @@ from loopscale.objectives.noise import Noise
 from .toml_table import Table, require
 
 SAMPLERS = ("law", "gp", "tpe", "grid", "random")
+ORDERED_SAMPLERS = ("law", "gp", "tpe")  # their proposals read earlier results: in rounds unless told otherwise
 SEEDS = ("shared", "per_trial")  # every trial trains from the sweep's seed, or from its own (Sampling.seeds)
 TEMPLATE_KEYS = ("depth", "prelude", "coda", "width_unit", "head_dim", "injection", "bptt_k", "depth_sampling", "lanes",
                  "vocab_size", "architecture", "options")
@@ -37,6 +41,7 @@ DEFAULT_CHECKPOINT_S = 1800  # a trial's checkpoint every 30 minutes of training
 KEEP_MODELS = ("best", "all", "none")  # [resources] keep_models: the best trial of each cell, every trial, none
 PLACEMENT = {"placement": True}  # where a sweep runs and logs: may move between resumes, so never hashed
 AFTER_SWEEP = {"after_sweep": True}  # what runs once the sweep is done and changes none of its trials: never hashed
+AS_WRITTEN = {"as_written": True}  # a key as written, where its field holds its default's value (hashed_as_written)
 
 
 def added(default: Any) -> Any:
@@ -45,12 +50,26 @@ def added(default: Any) -> Any:
     return field(default=default, metadata={"hashed_unless": default})
 
 
+def hashed_as_written(written: str, value: Any) -> Any:
+    """A key whose default changed after sweeps were started: the field holds what the sweep does, the field
+    ``written`` the key as written (None: not written, ``AS_WRITTEN``), and it enters ``spec_hash`` only where the
+    key was written ``value``, the one written value that entered the hash before, so every spec keeps the hash it
+    had. The hash then no longer tells the other values apart: the sweep's state records what its stages do
+    (search/tune/driver.py ``SweepState``)."""
+    return field(default=False, metadata={"hashed_as_written": (written, value)})
+
+
 def hashed(part: Any) -> dict[str, Any]:
     """The fields of ``part`` that define what a sweep measures, as each declares it."""
     values = dataclasses.asdict(part)
     return {f.name: values[f.name] for f in dataclasses.fields(part)
-            if not f.metadata.get("placement") and not f.metadata.get("after_sweep")
-            and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])}
+            if not any(f.metadata.get(kind) for kind in ("placement", "after_sweep", "as_written"))
+            and not ("hashed_unless" in f.metadata and values[f.name] == f.metadata["hashed_unless"])
+            and not ("hashed_as_written" in f.metadata and _not_written_as(values, *f.metadata["hashed_as_written"]))}
+
+
+def _not_written_as(values: dict[str, Any], written: str, value: Any) -> bool:
+    return values[written] != value
 
 
 def cell_key(budget: float, r: int) -> str:
@@ -192,6 +211,12 @@ class Sampling:
     trial its own seed for both (``search/tune/studies.trial_seed``), so that effect becomes trial noise the
     interval on phi measures. A simulated trial draws its noise per trial whichever is set (the demo preset,
     whose trials take seeds per trial, replays with ``--objective simulate`` as it would without).
+
+    ``rounds``: a sampler whose proposals read earlier results (``ORDERED_SAMPLERS``) proposes in rounds unless
+    the spec writes ``rounds = false``, so the same spec and seed give the same trials whatever order they finish
+    in (search/tune/cells.py); ``rounds_written`` is the key as written (None: not written). It was off by default
+    before; a spec that leaves it out keeps its hash, and a sweep started then resumes without rounds (its
+    recorded state).
     """
 
     sampler: str
@@ -201,8 +226,9 @@ class Sampling:
     branches: bool = False
     information: float = added(0.0)
     deferred_budgets: int = added(1)
-    rounds: bool = added(False)
+    rounds: bool = hashed_as_written("rounds_written", True)
     seeds: str = added("shared")
+    rounds_written: bool | None = field(default=None, metadata=AS_WRITTEN)
 
     @classmethod
     def parse(cls, t: Table) -> "Sampling":
@@ -215,8 +241,10 @@ class Sampling:
         sampling = cls(sampler=t.choice("sampler", SAMPLERS, "gp"), trials_per_cell=t.int("trials_per_cell", default=5),
                        seed=t.int("seed", default=0), tolerance=float(tolerance),
                        branches=t.bool("branches", default=False), information=float(information),
-                       deferred_budgets=deferred, rounds=t.bool("rounds", default=False),
-                       seeds=t.choice("seeds", SEEDS, "shared"))
+                       deferred_budgets=deferred, seeds=t.choice("seeds", SEEDS, "shared"),
+                       rounds_written=t.bool("rounds") if "rounds" in t.raw else None)
+        sampling = dataclasses.replace(sampling, rounds=sampling.sampler in ORDERED_SAMPLERS
+                                       if sampling.rounds_written is None else sampling.rounds_written)
         require(sampling.trials_per_cell >= 1, f"trials_per_cell must be >= 1, got {sampling.trials_per_cell}")
         require(0 <= sampling.seed <= MAX_SEED, f"seed must be in [0, 2**63 - 1], got {sampling.seed}")
         require(not information or sampling.sampler == "law",
@@ -355,6 +383,27 @@ class Rungs:
                 require(steps >= grid.min_steps,
                         f"{what} {budget:.3g} FLOPs buys {steps} optimizer steps of {grid.batch_tokens} tokens at "
                         f"r={r} even at the narrowest width, fewer than min_steps={grid.min_steps}")
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """``rate_sensitivity = true``: the sweep ends by training each search cell's best width again at its rate x 1/2
+    and x 2 (search/rate_sensitivity.py), and ``loopscale analyze`` reports how phi and the gaps to r = 1 move
+    (analysis/rate_sensitivity.py). Never hashed: its stages run after the search and change none of its trials."""
+
+    factors: tuple[float, ...] = field(default=(), metadata=AFTER_SWEEP)
+
+    @classmethod
+    def parse(cls, t: Table, objective: str) -> "Sensitivity":
+        if not t.bool("rate_sensitivity", default=False):
+            return cls()
+        require(objective == "train", "rate_sensitivity = true needs objective = \"train\": a simulated trial has "
+                                      "no learning rate")
+        return cls(factors=RATE_FACTORS)
+
+    def stages(self) -> list[tuple[str, float]]:
+        """(stage name, rate factor) of each of its stages."""
+        return [(stage_name(f), f) for f in self.factors]
 
 
 @dataclass(frozen=True)

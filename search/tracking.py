@@ -55,8 +55,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 
 from loopscale.analysis import numbers
-from loopscale.analysis.store import (CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text, iter_runs,
-                                      numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
+from loopscale.analysis.store import (CALIBRATION_TAG, CHARTED, KIND_TAG, OPTIONS_PARAM, SUPPRESS_URLS, failure_text,
+                                      iter_runs, numbers_tags, redact, runs_query, sqlite_path, store_failure_types)
 from loopscale.objectives import METRIC_KEYS, TrialConfig
 from loopscale.objectives.trial import is_branch_key, is_module_key
 
@@ -298,6 +298,12 @@ def close_sweep(tracking_uri: str, parent_run_id: str, flops: dict[str, Any] | N
         client.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in numbers_tags(spent).items()])
         client.log_dict(parent_run_id, flops, "flops_spent.json")
     client.set_terminated(parent_run_id, "FINISHED")
+
+
+def record_calibration(tracking_uri: str, parent_run_id: str, choice: dict[str, Any]) -> None:
+    """The calibration's choice (``analysis.calibration.RateChoice.to_dict``) on the sweep's run, where
+    ``loopscale analyze`` reads it."""
+    MlflowClient(tracking_uri).set_tag(parent_run_id, CALIBRATION_TAG, json.dumps(choice))
 
 
 # ---- trials ----------------------------------------------------------------------------------------------

@@ -142,7 +142,8 @@ def plan_rungs(spec: SweepSpec, budgets: list[float], recurrences: list[int] | N
 
 def search_recipe(spec: SweepSpec) -> dict[str, Any] | None:
     """The recipe the sweep's search trials trained with: the spec's, with the calibrated rate where the sweep
-    calibrated one (its best calibration trial's, as the driver chose it)."""
+    calibrated one (as its search trials recorded it: the driver's choice, by whichever rule the sweep began
+    with, search/tune/driver.py)."""
     recipe, calibrate = spec.training.recipe, spec.training.calibrate
     if calibrate is None or spec.objective == "simulate":
         return recipe
@@ -150,12 +151,10 @@ def search_recipe(spec: SweepSpec) -> dict[str, Any] | None:
 
     client = MlflowClient(spec.placement.tracking_uri)
     experiment = client.get_experiment_by_name(spec.name)
-    runs = client.search_runs([experiment.experiment_id], runs_query("trial", stage="calibrate"))
-    ok = [run for run in runs if run.data.tags.get("status") == "ok" and "val_loss" in run.data.metrics]
-    if not ok:
-        raise ValueError(f"sweep {spec.name!r} calibrated no learning rate (no calibration trial ended ok)")
-    best = min(ok, key=lambda run: run.data.metrics["val_loss"])
-    return {**recipe, calibrate.param: float(best.data.params[f"recipe.{calibrate.param}"])}
+    runs = client.search_runs([experiment.experiment_id], runs_query("trial", stage="search"), max_results=1)
+    if not runs:
+        raise ValueError(f"sweep {spec.name!r} calibrated no learning rate (no search trial ran)")
+    return {**recipe, calibrate.param: float(runs[0].data.params[f"recipe.{calibrate.param}"])}
 
 
 def achieved_table(spec: SweepSpec, plan: RungPlan) -> pd.DataFrame:

@@ -67,3 +67,15 @@ def test_plan_replays_the_order_the_searcher_asks_the_cells_in(tmp_path):
     assert len(planned) == sum(c.n_trials for c in cells)
     assert planned != sorted(planned, key=lambda k: next(c.budget for c in cells if c.key == k))  # not trivial
     assert searcher_order(spec, 4) == planned
+
+
+def test_in_rounds_the_plan_replays_slots_that_wait_for_their_rounds_slowest_trial(tmp_path):
+    spec = SweepSpec.from_toml("smoke", ['sampler="random"', "resources.max_concurrent=4"],
+                               tracking_uri=f"sqlite:///{tmp_path}/unused.db")
+    cells = spec.cells()
+    free, rounds = replay(cells, 4, seconds), replay(cells, 4, seconds, rounds=True)
+    starts = sorted({start for start, _, _ in rounds})
+    assert [sum(start == s for s, _, _ in rounds) for start in starts[:-1]] == [4] * (len(starts) - 1)
+    for start in starts[1:]:  # a round starts when every trial before it has ended
+        assert start == max(end for s, end, _ in rounds if s < start)
+    assert max(end for _, end, _ in rounds) > max(end for _, end, _ in free)

@@ -44,6 +44,8 @@ CASES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "branches-deferred-2": (SMOKE_V1, None, ("branches=true", "deferred_budgets=2")),
     "branches-deferred-0": (SMOKE_V1, None, ("branches=true", "deferred_budgets=0")),
     "tolerance": (SMOKE_V1, None, ("tolerance=0.05",)),
+    "rounds-true": (SMOKE_V1, None, ("rounds=true",)),
+    "rounds-false": (SMOKE_V1, None, ("rounds=false",)),
     "tokens-per-param": (SMOKE_V1, None, ("widths.tokens_per_param=[5, 400]",)),
     "law-and-noise": (SMOKE_V1, None, (LAW, "simulate.cell_noise=0.02", "simulate.misspec=0.01")),
     "template": (SMOKE_V1, None, ("template.injection=additive", "template.bptt_k=2", "template.vocab_size=300")),
@@ -78,6 +80,26 @@ def load(case: str, tmp_path: Path) -> SweepSpec:
 def test_the_hash_of_a_started_sweep_is_kept(case, tmp_path):
     expected = json.loads((FIXTURES / "spec_hashes.json").read_text())
     assert load(case, tmp_path).spec_hash == expected[case]
+
+
+def test_rounds_are_on_by_default_for_a_sampler_that_reads_results_and_every_spec_keeps_its_hash(tmp_path):
+    """``rounds`` defaulted to false before: a spec that leaves it out, or writes false, hashed as one, and still
+    does (a sweep started then resumes), though it now proposes in rounds unless it writes false."""
+    unwritten, off, on = (load(case, tmp_path) for case in ("smoke", "rounds-false", "rounds-true"))
+    assert (unwritten.sampling.rounds, off.sampling.rounds, on.sampling.rounds) == (True, False, True)
+    assert unwritten.spec_hash == off.spec_hash != on.spec_hash
+    grid = SweepSpec.from_toml(SMOKE_V1, ["sampler=grid", f"storage={tmp_path / 'tune'}"])
+    assert not grid.sampling.rounds  # a grid's proposals read no results: rounds would only cost time
+
+
+def test_a_sweep_started_before_rounds_were_the_default_resumes_without_them(tmp_path):
+    from loopscale.search.tune.driver import SweepState
+
+    spec = load("smoke", tmp_path)
+    started_before = {"spec_hash": spec.spec_hash, "complete": False}  # sweep.json as the earlier code wrote it
+    assert SweepState.rounds(started_before, spec) is False
+    assert SweepState.rounds(started_before, load("rounds-true", tmp_path)) is True
+    assert SweepState.rounds(SweepState.fresh(spec), spec) is True
 
 
 def test_where_a_sweep_runs_is_not_hashed(tmp_path):

@@ -79,6 +79,21 @@ def rungs_estimate(spec: SweepSpec) -> str:
     return text
 
 
+def rate_sensitivity_estimate(spec: SweepSpec) -> str:
+    """The FLOPs of ``rate_sensitivity``: one trial per search cell and rate, each spending at most its budget
+    ("" when off)."""
+    factors = spec.sensitivity.factors
+    if not factors:
+        return ""
+    cells = len(spec.grid.budgets) * len(spec.grid.recurrences)
+    flops = sum(spec.grid.budgets) * len(spec.grid.recurrences) * len(factors)
+    text = (f"rate sensitivity: {cells * len(factors)} trials (each cell's best width at the rate "
+            f"{' and '.join(f'x {f:g}' for f in factors)}), {numbers.flops(flops)} FLOPs more at most")
+    if spec.placement.gpus_per_trial > 0 and spec.objective == "train":
+        text += f", {gpu_hours(flops):.3g} GPU-hours at that MFU"
+    return text
+
+
 # The GPU time of a sweep on GPUs is its FLOPs at an assumed model FLOPs utilisation of an assumed chip: 40% of
 # an H100 SXM's dense bf16 peak, a common figure for transformer pre-training at these sizes.
 MFU = 0.40

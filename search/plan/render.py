@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from loopscale import objectives
 from loopscale.analysis import numbers
+from loopscale.analysis.rate_sensitivity import RATE_STAGE
 from loopscale.model import account, iso_depth_template, tokens_for_budget
 
 from ..spec import Cell, SweepSpec
-from .flops import flops_estimate, gpu_hours_estimate, rungs_estimate
+from .flops import flops_estimate, gpu_hours_estimate, rate_sensitivity_estimate, rungs_estimate
 from .kept import kept_bytes_range
 from .walltime import Estimate, Throughput, cpus, estimate
 
@@ -131,7 +132,8 @@ def render_plan(spec: SweepSpec, throughput: Throughput | None, widths: bool = F
         lines.append(CELL_HEADER if trains else CELL_HEADER.removesuffix("lr").rstrip())
         lines += [cell_line(spec, cell) for cell in spec.cells()]
     lines.append(flops_estimate(spec))
-    lines += [line for line in (kept_line(spec), gpu_hours_estimate(spec), rungs_estimate(spec)) if line]
+    lines += [line for line in (kept_line(spec), gpu_hours_estimate(spec), rungs_estimate(spec),
+                                rate_sensitivity_estimate(spec)) if line]
     if throughput is not None:
         compile_note = f", {numbers.duration(throughput.compile_s)} compile warm-up per shape" if throughput.compile_s else ""
         lines.append(f"step time here: {numbers.sig(throughput.step_s * 1e3)} ms + FLOPs at "
@@ -171,11 +173,13 @@ def render_estimate(spec: SweepSpec, parts: Estimate | None) -> list[str]:
             why += "; the law sampler may stop cells early"
         if stage == "validate":
             why = "; widths guessed: the law the sweep fits picks them"
+        if stage.startswith(RATE_STAGE):
+            why = "; widths guessed: each cell's best search trial picks them"
         lines.append(f"  {stage + ' stage':<36} {_span(low, high)} ({trials} trials{why})")
     lines += [f"  {'= loopscale search':<36} {_span(*parts.sweep_s)}",
               f"  {'analysis (loopscale analyze)':<36} {_duration(parts.analysis_s)}"]
     demo = ""
-    if spec.design() == SweepSpec.from_toml("demo").design():
+    if spec.design() == SweepSpec.from_toml("demo").design() and not spec.sensitivity.factors:
         demo = " = the ETA of loopscale demo" + (" --validate" if spec.rungs.budgets else "")
     lines.append(f"ETA search + analysis: {_span(*parts.total_s)}{demo}")
     return lines

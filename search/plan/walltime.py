@@ -20,7 +20,8 @@ samplers bracket the first guess; the grid spreads its trials over the window), 
 range, at the cell's narrowest widths, its costliest (more steps, each with its fixed cost; the law sampler
 tends to keep to a cell's narrower widths). A stage's wall time replays the searcher's dispatch
 (``search/dispatch.py``) over its slots, so the long trials of the largest budget that run last, with slots
-idle beside them, are counted; the law sampler may stop a cell early, so its figure is the cap's. The sweep
+idle beside them, are counted, and so are a sweep's rounds (``rounds``: a round's slots wait for its longest
+trial); the law sampler may stop a cell early, so its figure is the cap's. The sweep
 adds Ray's start and each stage's start (Tune, the trial workers' imports); the analysis (``loopscale
 analyze``, which ``loopscale demo`` runs after the search) is a measured constant. It reflects this machine,
 not a GPU cluster the spec may be meant for.
@@ -35,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopscale import objectives
+from loopscale.analysis.rate_sensitivity import RATE_STAGE
 from loopscale.model import account, tokens_for_budget
 from loopscale.objectives.branches import branch_plan
 
@@ -114,6 +116,8 @@ def estimate(spec: SweepSpec, throughput: Throughput | None) -> Estimate | None:
         return None
     out = Estimate(start_s=RAY_START_S)
     stages = {stage: spec.cells(stage) for stage in STAGES}
+    for name, _ in spec.sensitivity.stages():  # after the search: each cell's best width at another rate
+        stages[name] = space.rate_cells(spec.grid, name)
     stages["validate"] = space.rung_cells(spec.grid, spec.rungs.budgets)  # after the search: its rungs, if any
     for stage, cells in stages.items():
         if cells:
@@ -134,17 +138,22 @@ def _tried(widths: tuple[float, ...], cell: Cell) -> list[float]:
     return [widths[i % len(widths)] for i in range(cell.n_trials)]
 
 
-def replay(cells: list[Cell], slots: int, seconds: Callable[[Cell, int], float]) -> list[tuple[float, float, str]]:
+def replay(cells: list[Cell], slots: int, seconds: Callable[[Cell, int], float],
+           rounds: bool = False) -> list[tuple[float, float, str]]:
     """The stage's trials dispatched over ``slots`` as the searcher dispatches them (``dispatch.next_cell``), the
     n-th trial of a cell (from 0) lasting ``seconds(cell, n)``, asked in this order: (start, end, cell key) of
-    each, in the order asked. A slot frees when its trial ends; trials ending at once free in cell-key order."""
+    each, in the order asked. A slot frees when its trial ends; trials ending at once free in cell-key order; in
+    ``rounds`` every slot frees when the round's last trial ends."""
     started = {c.key: 0 for c in cells}
     running: list[tuple[float, str]] = []  # (end, cell key), a heap
     asked: list[tuple[float, float, str]] = []
     now = 0.0
     while any(started[c.key] < c.n_trials for c in cells):
         if len(running) == slots:
-            now = heapq.heappop(running)[0]
+            if rounds:  # every slot frees when the round's last trial ends
+                now, running = max(running)[0], []
+            else:
+                now = heapq.heappop(running)[0]
             continue
         busy = {c.key: sum(1 for _, k in running if k == c.key) for c in cells}
         key = next_cell([CellState(c.key, c.budget, busy[c.key], started[c.key], started[c.key] < c.n_trials)
@@ -176,12 +185,14 @@ def _stage_seconds(spec: SweepSpec, stage: str, cells: list[Cell], throughput: T
                 out += throughput.compile_s
         return out
 
-    return max(end for _, end, _ in replay(cells, slots, seconds))
+    return max(end for _, end, _ in replay(cells, slots, seconds, rounds=spec.sampling.rounds))
 
 
 def _branches(spec: SweepSpec, cell: Cell, s: float) -> list[dict]:
     """The warmdown branches a training trial of width s in ``cell`` runs at most (objectives.branches): the
     recipe's, and with ``branches = true`` every smaller budget of the sweep the law sampler may choose."""
+    if cell.stage.startswith(RATE_STAGE):  # a repeat of a search trial without its branches
+        return []
     config = spec.grid.model(s, cell.r)
     recipe = objectives.normalize_recipe(spec.training.recipe)
     budgets = sorted({*recipe["branch_budgets"],

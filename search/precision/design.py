@@ -68,7 +68,7 @@ def design_of(spec: SweepSpec, law: JointLaw, noise: Noise, slots: int) -> Desig
     fixed = spec.training.recipe.get("branch_budgets", []) if spec.objective == "train" else []
     simulated = simulated_spec(spec, law, noise)
     logging.getLogger("optuna").setLevel(logging.WARNING)  # a line per study created, else (Optuna's own logger)
-    trials = CellTrials(make_studies(simulated, "search", None))
+    trials = CellTrials(make_studies(simulated, "search", None), rounds=spec.sampling.rounds)
     clock, running, rows, n = 0.0, [], [], 0
     while True:
         while len(running) < slots:

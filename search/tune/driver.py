@@ -14,17 +14,19 @@ from typing import Any
 import ray
 
 from loopscale import objectives
+from loopscale.analysis.calibration import RateChoice, choose_rate, reference_rate
 from loopscale.analysis.flops import flops_text, paper_grid_reference
 from loopscale.analysis.store import redact
 from loopscale.analysis.validation import STAGE
 from loopscale.analysis.validation import lines as validation_lines
 
 from ..preflight import check_free_space, check_ray_address, ray_address
+from ..rate_sensitivity import rate_param, rate_stage
 from ..spec import SweepSpec
 from ..stopping import StoreFailure, SweepInterrupted, raise_if_interrupted
 from ..sweep_lock import SweepLock
 from ..validate import RungPlan, finish, plan_rungs, rungs_trained
-from ..tracking import close_sweep, code_version, find_parent_run, open_sweep, store_errors
+from ..tracking import close_sweep, code_version, find_parent_run, open_sweep, record_calibration, store_errors
 from . import live
 from .cluster import check_trials_fit, quiet, start_ray
 from .receipts import JsonFile
@@ -44,13 +46,30 @@ class SweepOutcome:
 
 
 class SweepState(JsonFile):
-    """``<storage>/<name>/sweep.json``: the spec hash and whether the sweep completed."""
+    """``<storage>/<name>/sweep.json``: the spec hash, whether the sweep completed, and what its stages do where
+    the hash does not say (``spec_parts.hashed_as_written``): ``rounds``, whether its searchers propose in rounds, and
+    ``calibration``, how its calibration chooses the rate ("fit": ``analysis.calibration.choose_rate``). A sweep
+    started before they were recorded does as it did then: in rounds only where its spec wrote ``rounds = true``,
+    and with the calibration trial of the lowest loss ("best")."""
 
     def __init__(self, storage: str, name: str):
         super().__init__(f"{storage.rstrip('/')}/{name}/{STATE_FILE}")
 
     def remove(self) -> None:
         self._fs.delete_file(self._file)
+
+    @staticmethod
+    def fresh(spec: SweepSpec) -> dict[str, Any]:
+        return {"spec_hash": spec.spec_hash, "complete": False, "rounds": spec.sampling.rounds,
+                "calibration": "fit"}
+
+    @staticmethod
+    def rounds(saved: dict[str, Any], spec: SweepSpec) -> bool:
+        return saved.get("rounds", spec.sampling.rounds_written is True)
+
+    @staticmethod
+    def calibration(saved: dict[str, Any]) -> str:
+        return saved.get("calibration", "best")
 
 
 def run_search(spec: SweepSpec, *, resume: bool = False, verbose: bool = False, rungs: RungPlan | None = None,
@@ -122,7 +141,7 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
         check_trials_fit(spec,
                          can_grow=not started_ray or bool(spec.placement.address or os.environ.get("RAY_ADDRESS")))
         fresh = saved is None
-        saved = saved or {"spec_hash": spec.spec_hash, "complete": False}
+        saved = saved or SweepState.fresh(spec)
         state.save(saved)  # first: a crash from here on is resumable
         try:
             with store_errors(spec.placement.tracking_uri):
@@ -137,7 +156,8 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
         tags = {"spec_hash": spec.spec_hash, "code_version": code_version(), "data_fingerprint": fingerprint}
         stages: dict[str, StageOutcome] = {}
         recipe = spec.training.recipe
-        sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks, resume_with)
+        sweep = SweepContext(spec, experiment_id, parent, tags, verbose, user_period, disks, resume_with,
+                             rounds=SweepState.rounds(saved, spec))
         if rungs is not None:
             stages[STAGE] = _run_rungs(sweep, rungs)
             with store_errors(spec.placement.tracking_uri):
@@ -149,11 +169,22 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
             if best is None:
                 raise RuntimeError(f"calibration: no trial trained without diverging; change [calibrate] low/high "
                                    f"and start over (remove {Path(state.path).parent})")
-            rate = best["trial"]["recipe"][spec.training.calibrate.param]
-            recipe = {**spec.training.recipe, spec.training.calibrate.param: rate}
-            print(f"calibrated {spec.training.calibrate.param} = {rate:.4g} "
-                  f"(val_loss {best[METRIC]:.4f}); every search trial uses it", flush=True)
+            param = spec.training.calibrate.param
+            if SweepState.calibration(saved) == "fit":
+                choice = calibration_choice(spec, stages["calibrate"])
+                rate, line = choice.rate, choice.line()
+                with store_errors(spec.placement.tracking_uri):
+                    record_calibration(spec.placement.tracking_uri, parent, choice.to_dict())
+            else:  # a sweep started before the fit: its search trials trained at its best trial's rate
+                rate = best["trial"]["recipe"][param]
+                line = f"calibrated {param} = {rate:.4g} (val_loss {best[METRIC]:.4f}); every search trial uses it"
+            recipe = {**spec.training.recipe, param: rate}
+            print(line, flush=True)
         stages["search"] = run_stage(sweep, "search", recipe)
+        for name, factor in spec.sensitivity.stages():
+            cells, bases = rate_stage(spec, stages["search"].results, name, factor)
+            print(f"rate sensitivity: each cell's best width at {rate_param(spec)} x {factor:g}", flush=True)
+            stages[name] = run_stage(sweep, name, None, cells, bases)
         if spec.rungs.budgets:
             print(f"rungs at {', '.join(f'{c:.3g}' for c in spec.rungs.budgets)} FLOPs: fitting the sweep's law",
                   flush=True)
@@ -173,6 +204,15 @@ def _drive(spec: SweepSpec, resume: bool, verbose: bool, rungs: RungPlan | None,
             os.environ[SNAPSHOT_ENV] = user_period
         if started_ray:
             ray.shutdown()
+
+
+def calibration_choice(spec: SweepSpec, outcome: StageOutcome) -> RateChoice:
+    """The rate the calibration stage's trials choose (``analysis.calibration.choose_rate``)."""
+    cal = spec.training.calibrate
+    ok = [r.get("status") == "ok" and finite(r.get(METRIC)) for r in outcome.results]
+    return choose_rate(cal.param, [r["trial"]["recipe"][cal.param] for r in outcome.results],
+                       [r[METRIC] if good else None for r, good in zip(outcome.results, ok)],
+                       reference_rate((spec.training.recipe or {}).get(cal.param), cal.low, cal.high))
 
 
 def _run_rungs(sweep: SweepContext, plan: RungPlan) -> StageOutcome:

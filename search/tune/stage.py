@@ -48,6 +48,7 @@ class SweepContext:
     snapshot_period: str | None  # the user's own SNAPSHOT_ENV, if set
     disks: dict[str, str]  # the local folders the sweep writes to (the free-space checks)
     resume: str = ""  # the command that resumes it, where not ``resume_command``'s (``loopscale validate``)
+    rounds: bool = False  # whether a stage started afresh proposes in rounds (driver.SweepState.rounds)
 
 
 @dataclass
@@ -66,15 +67,15 @@ def resume_command(spec: SweepSpec) -> str:
 
 
 def run_stage(sweep: SweepContext, name: str, recipe: dict[str, Any] | None,
-              cells: list[Cell] | None = None) -> StageOutcome:
+              cells: list[Cell] | None = None, bases: dict[str, TrialConfig] | None = None) -> StageOutcome:
     """Run (or resume) the stage ``name`` with the recipe ``recipe`` over ``cells`` (default: the spec's cells of
-    that stage); raises ``SweepInterrupted`` or
+    that stage; ``bases``: each cell's own trial instead, ``studies.make_studies``); raises ``SweepInterrupted`` or
     ``StoreFailure`` after a clean stop, RuntimeError when a planned trial has no ended run."""
     # Tune snapshots its experiment state every 2 s; a trial that finished after the last snapshot is started
     # again on resume and reports its receipt (run_trial) without running twice. (A snapshot at every training
     # report writes many times the bytes and costs the driver CPU per trial.)
     os.environ[SNAPSHOT_ENV] = sweep.snapshot_period or "2"
-    stage = Stage(sweep, name, recipe, cells)
+    stage = Stage(sweep, name, recipe, cells, bases)
     tuner = stage.restored_tuner()
     if tuner is None:
         tuner = stage.new_tuner()
@@ -92,8 +93,8 @@ class Stage:
     """The stage's Tune run: where it keeps its state, its trainable, its tuner, its outcome."""
 
     def __init__(self, sweep: SweepContext, name: str, recipe: dict[str, Any] | None,
-                 cells: list[Cell] | None = None):
-        self.sweep, self.spec, self.name, self.recipe = sweep, sweep.spec, name, recipe
+                 cells: list[Cell] | None = None, bases: dict[str, TrialConfig] | None = None):
+        self.sweep, self.spec, self.name, self.recipe, self.bases = sweep, sweep.spec, name, recipe, bases
         self.cells = self.spec.cells(name) if cells is None else cells
         self.resume = sweep.resume or resume_command(self.spec)
         self.path = f"{self.spec.placement.storage.rstrip('/')}/{self.spec.name}/{name}"
@@ -169,8 +170,8 @@ class Stage:
         spec, stage, cells, sweep = self.spec, self.name, self.cells, self.sweep
         with store_errors(spec.placement.tracking_uri):
             discard_stage_runs(spec.placement.tracking_uri, sweep.experiment_id, sweep.parent, stage)
-        searcher = CellSearcher(make_studies(spec, stage, self.recipe, cells, journal=study_journal(spec)),
-                                rounds=spec.sampling.rounds)
+        searcher = CellSearcher(make_studies(spec, stage, self.recipe, cells, journal=study_journal(spec),
+                                             bases=self.bases), rounds=sweep.rounds)
         progress = Progress(stage, {c.key: c.n_trials for c in cells},
                             spec.training.calibrate.param if stage == "calibrate" else "s")
         return tune.Tuner(

@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 
+from loopscale.analysis.calibration import reference_rate
 from loopscale.model import heads_to_s
 from loopscale.objectives import TrialConfig
 
@@ -77,7 +78,7 @@ def lr_bracket(current: Any, low: float, high: float) -> list[float]:
     then ``LR_STEP`` below and above it, inside [low, high]. A study started from the rate alone and random
     draws may try only one side of it, while the optimum lies on the other, so the optimum is bracketed
     before the model takes over."""
-    start = float(current) if finite(current) and low <= current <= high else math.sqrt(low * high)
+    start = reference_rate(current if finite(current) else None, low, high)
     return [start, *(x for x in (start / LR_STEP, start * LR_STEP) if low <= x <= high)]
 
 
@@ -143,7 +144,7 @@ class CellStudy:
     """
 
     def __init__(self, spec: SweepSpec, cell: Cell, base: TrialConfig, surrogate: LawSurrogate | None = None,
-                 journal: str | None = None):
+                 journal: str | None = None, own_seeds: bool = True):
         self.stage, self.key, self.n_trials, self.base = cell.stage, cell.key, cell.n_trials, base
         self.name, self.journal, self._attached = study_name(spec.name, cell.stage, cell.key), journal, False
         self.budget, self.r, self.surrogate = cell.budget, cell.r, surrogate
@@ -173,7 +174,7 @@ class CellStudy:
         # a simulated trial's noise is its own already: only trained trials (a simulated spec's calibration's too)
         # take seeds of their own
         self.sweep_seed = spec.sampling.seed
-        self.trial_seeds = spec.sampling.seeds == "per_trial" and self.base.objective == "train"
+        self.trial_seeds = own_seeds and spec.sampling.seeds == "per_trial" and self.base.objective == "train"
         self.attach()
 
     def open(self) -> bool:
@@ -259,10 +260,15 @@ class CellStudy:
 
 
 def make_studies(spec: SweepSpec, stage: str, recipe: dict[str, Any] | None,
-                 cells: list[Cell] | None = None, journal: str | None = None) -> list[CellStudy]:
+                 cells: list[Cell] | None = None, journal: str | None = None,
+                 bases: dict[str, TrialConfig] | None = None) -> list[CellStudy]:
     """The studies of a stage's cells (``cells``: instead of the spec's, e.g. with other trial counts), kept in
-    the Optuna ``journal`` file if given; with the law sampler, every search cell shares one ``LawSurrogate``."""
+    the Optuna ``journal`` file if given; with the law sampler, every search cell shares one ``LawSurrogate``.
+    ``bases``: each cell's trial as given, its seed included (search/rate_sensitivity.py), instead of the spec's
+    at ``recipe``."""
     cells = spec.cells(stage) if cells is None else cells
+    if bases is not None:
+        return [CellStudy(spec, c, bases[c.key], journal=journal, own_seeds=False) for c in cells]
     surrogate = None
     if spec.sampling.sampler == "law" and stage == "search":
         surrogate = LawSurrogate([CellGeometry.of(spec, c) for c in cells], seed=spec.sampling.seed,
