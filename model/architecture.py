@@ -28,13 +28,14 @@ for a finished sweep.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -263,16 +264,18 @@ def roles_asked(module: nn.Module) -> dict[str, str]:
     return dict(own()) if own is not None else {}
 
 
-def embed_names(module: nn.Module, vocab_size: int) -> set[str]:
+def embed_names(module: nn.Module, vocab_size: int, called: list[str] | None = None) -> set[str]:
     """The parameters of the token embedding and the vocabulary projection (N_embed), tied or not: the weight of
     every ``nn.Embedding`` of ``vocab_size`` rows, and the weight and bias of the ``nn.Linear`` with
     ``vocab_size`` outputs that a forward calls last (the head), unless ``loopscale_roles()`` says otherwise (and
     any it calls "embed"). The head is found by a forward of one 2-token sequence, not by shape: at a width of
     ``vocab_size`` (or an MLP of that width) a block's matrices have the head's shape. A head that is no
-    ``nn.Linear`` (a raw parameter used through ``F.linear``) is named "embed" by ``loopscale_roles()``."""
+    ``nn.Linear`` (a raw parameter used through ``F.linear``) is named "embed" by ``loopscale_roles()``.
+    ``called``: what ``vocab_linear_calls`` recorded over a forward already run (measured accounting's), in
+    place of that forward."""
     embeddings = [name for name, m in module.named_modules()
                   if isinstance(m, nn.Embedding) and m.num_embeddings == vocab_size]
-    head = _last_vocab_linear(module, vocab_size)
+    head = _last_vocab_linear(module, vocab_size) if called is None else (called[-1] if called else None)
     found = {_qualified(name, "weight") for name in embeddings}
     if head is not None:
         found |= {_qualified(head, p) for p, _ in module.get_submodule(head).named_parameters()}
@@ -285,23 +288,32 @@ def _qualified(module_name: str, param: str) -> str:
     return f"{module_name}.{param}" if module_name else param
 
 
-def _last_vocab_linear(module: nn.Module, vocab_size: int) -> str | None:
-    """The name of the last ``nn.Linear`` with ``vocab_size`` outputs that ``module``'s forward calls."""
+@contextlib.contextmanager
+def vocab_linear_calls(module: nn.Module, vocab_size: int) -> Iterator[list[str]]:
+    """While open, the names of the ``nn.Linear`` with ``vocab_size`` outputs that forwards of ``module`` call,
+    in the order called."""
     called: list[str] = []
     handles = [m.register_forward_hook(lambda m, args, out, name=name: called.append(name))
                for name, m in module.named_modules() if isinstance(m, nn.Linear) and m.out_features == vocab_size]
-    if not handles:
-        return None
-    device = next(module.parameters()).device
     try:
-        with torch.no_grad():
-            module(torch.zeros(1, 2, dtype=torch.long, device=device))
-    except Exception as exc:
-        raise ValueError(f"{type(module).__name__}: forward(idx) of one 2-token sequence, run to find its "
-                         f"vocabulary projection, raised {type(exc).__name__}: {_first_line(exc)}") from None
+        yield called
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _last_vocab_linear(module: nn.Module, vocab_size: int) -> str | None:
+    """The name of the last ``nn.Linear`` with ``vocab_size`` outputs that ``module``'s forward calls."""
+    if not any(isinstance(m, nn.Linear) and m.out_features == vocab_size for m in module.modules()):
+        return None
+    device = next(module.parameters()).device
+    with vocab_linear_calls(module, vocab_size) as called:
+        try:
+            with torch.no_grad():
+                module(torch.zeros(1, 2, dtype=torch.long, device=device))
+        except Exception as exc:
+            raise ValueError(f"{type(module).__name__}: forward(idx) of one 2-token sequence, run to find its "
+                             f"vocabulary projection, raised {type(exc).__name__}: {_first_line(exc)}") from None
     return called[-1] if called else None
 
 
