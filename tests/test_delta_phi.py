@@ -99,3 +99,15 @@ def test_analyze_with_a_baseline_gives_compares_phi_for_b(tmp_path, capsys):
     assert main(["predict", "--experiment", str(paths["variant"]), "--baseline", str(paths["base"]), "--budget", "1e18",
                  "--r", "2", *argv]) == 0
     assert f"phi {result.fit_b.phi:.3f}" in capsys.readouterr().err
+
+
+def test_both_phi_stay_in_phi_s_bounds_at_every_delta():
+    """Held at each Delta of its profile, phi_A and phi_B = phi_A + Delta both lie in phi's bounds (issue 63: a
+    Delta of -6 beside phi's bound of -3, phi_B far below any phi a sweep can fit)."""
+    base, variant = pair(0.0, 0)
+    shared = compare_runs(base, variant, options=QUICK).shared
+    lo, hi = QUICK.bounds.phi
+    phi_a = shared.profile.thetas[:, 5]
+    phi_b = phi_a + shared.profile.values
+    assert ((lo <= phi_a) & (phi_a <= hi) & (lo - 1e-9 <= phi_b) & (phi_b <= hi + 1e-9)).all()
+    assert lo <= shared.phi_a <= hi and lo <= shared.phi_b <= hi
