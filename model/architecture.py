@@ -33,6 +33,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -100,7 +101,8 @@ def _module_of(architecture: str):
     target, _ = split(architecture)
     if not target.endswith(".py"):
         try:
-            return importlib.import_module(target)
+            with _loads(architecture):
+                return importlib.import_module(target)
         except ImportError as exc:
             raise ValueError(f"architecture {architecture!r}: cannot import {target!r} ({exc})") from None
         except SystemExit as exc:
@@ -119,13 +121,42 @@ def _module_of(architecture: str):
         sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
         writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
         try:
-            spec.loader.exec_module(module)
+            with _loads(architecture):
+                spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:
             del sys.modules[name]
             raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: {_failure(exc)}") from None
         finally:
             sys.dont_write_bytecode = writes
     return sys.modules[name]
+
+
+# Per architecture, the files of Python code executed while its module was imported (``_loads``): the helpers it
+# loads however it loads them (an import statement, ``importlib.import_module`` of a computed name, a file loaded
+# by its path, a folder put on ``sys.path``), seen by the audit event every module body's execution raises.
+_LOADED: dict[str, set[Path]] = {}
+_WATCHING: list[set[str]] = []
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WATCHING and event == "exec" and getattr(args[0], "co_filename", None):
+        _WATCHING[-1].add(args[0].co_filename)
+
+
+@contextlib.contextmanager
+def _loads(architecture: str) -> Iterator[None]:
+    """Records in ``_LOADED[architecture]`` the files whose code runs as module bodies while open."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)  # for the life of the process: an audit hook cannot be removed
+        _HOOKED.append(True)
+    seen: set[str] = set()
+    _WATCHING.append(seen)
+    try:
+        yield
+    finally:
+        _WATCHING.remove(seen)
+        _LOADED.setdefault(architecture, set()).update(Path(f).resolve() for f in seen if Path(f).is_file())
 
 
 def factory(architecture: str) -> Callable[..., nn.Module]:
@@ -170,9 +201,27 @@ def source_files(architecture: str) -> list[Path]:
     if _installed(start):
         return [start]  # its version pins its helpers
     if is_file(architecture) or "." not in module.__name__ and start.name != "__init__.py":
-        return _imported(start, start.parent, None)
-    top = importlib.import_module(module.__name__.split(".")[0])
-    return _imported(start, Path(top.__file__).resolve().parent.parent, top.__name__)
+        base, package = start.parent, None
+    else:
+        top = importlib.import_module(module.__name__.split(".")[0])
+        base, package = Path(top.__file__).resolve().parent.parent, top.__name__
+    found = set(_imported(start, base, package))
+    for path in sorted(_loaded_with(architecture, module) - found):
+        if path.is_relative_to(base) and not _installed(path):
+            found |= set(_imported(path, base, package))
+    return [start, *sorted(found - {start})]
+
+
+def _loaded_with(architecture: str, module) -> set[Path]:
+    """The files its import ran (``_LOADED``), and those of the modules its namespace holds or takes names from
+    (``from helper import Block``: a module imported before, by another route, runs no body again)."""
+    files = set(_LOADED.get(architecture, ()))
+    for value in vars(module).values():
+        owner = value if inspect.ismodule(value) else sys.modules.get(getattr(value, "__module__", None) or "")
+        where = getattr(owner, "__file__", None)
+        if where and Path(where).is_file():
+            files.add(Path(where).resolve())
+    return files
 
 
 def _imported(start: Path, base: Path, package: str | None) -> list[Path]:
