@@ -187,6 +187,25 @@ def helped(config):
     assert SweepSpec.from_toml(spec).spec_hash == edited
 
 
+@pytest.mark.parametrize("design", ["early_exit", "eval_exit"])
+def test_check_arch_says_what_the_counter_cannot_see_when_compute_depends_on_the_data(workdir, capsys, design):
+    """A loop that stops once every token has exited: in training mode one line and exit 2 (issue 63: a bare
+    "Tensor.item() cannot be called on meta tensors"); in evaluation mode only, it trains at the counted depth
+    (exit 0) and a line says its serving counts are not measured (issue 63: the full r, silently)."""
+    shutil.copy(FIXTURE, workdir / "tiny_loop.py")
+    shutil.copy(FIXTURE.with_name("red_team.py"), workdir / "red_team.py")
+    spec = spec_file(workdir, template={"architecture": "red_team.py:build", "options": {"design": design}},
+                     budgets=[1e12], recurrences=[2], widths={"s_min": 1, "s_max": 2})
+    code = main(["check-arch", str(spec)])
+    out, err = capsys.readouterr()
+    if design == "early_exit":
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "in training mode reads a tensor's value" in err and "exit early only when not self.training" in err
+    else:
+        assert code == 0, err
+        assert "serving counts not measured: " in out and "in evaluation mode reads a tensor's value" in out
+
+
 def test_a_helper_loaded_however_the_file_loads_it_is_part_of_its_source(tmp_path):
     """Helpers no import statement names under the file's folder: a module of a folder the file puts on sys.path,
     one imported by a computed name, one loaded from its path. Each edit is a new architecture (issue 63: the old
