@@ -10,10 +10,12 @@ forward (checked, and its vocabulary projection found):
   non-tensor arguments. Per parameter, n(r) is how often its most repeated access happens in one forward at r.
   The module is built a second time at r' = 2r (else r + 1, the first the factory builds; the same shapes and
   shared block, ``n_recur`` layers, run r' times: LoopedConfig needs no divisibility, only ``iso_depth`` does)
-  and the role follows from the growth: n(r') = n(r) is ``once`` (N_once), n(r') / n(r) = r' / r is ``loop``
-  (N_rec). A weight read several times whatever r (a prelude over token chunks, a GRU's steps, a prelude
-  reused as the coda) is once; per-loop slices of one tensor (``A[i]`` at loop i: a different path each loop)
-  are once; a weight read in the loop and outside it (n = r + c) has no role and is refused in one line, as is
+  and the role follows from the growth: n(r') = n(r) is ``once`` (N_once); k more reads per recurrence and none
+  outside the loop, n = k r - c with c >= 0, is ``loop`` (N_rec: in proportion to r, c = 0, or a gate skipped on
+  the last recurrence, read r - 1 times). A weight read several times whatever r (a prelude over token chunks, a
+  GRU's steps, a prelude reused as the coda) is once; per-loop slices of one tensor (``A[i]`` at loop i: a
+  different path each loop) are once; a weight read in the loop and outside it (n = r + c, c > 0) has no role
+  and is refused in one line, as is
   a module that no second r builds: ``module.loopscale_roles()`` declares roles, and overrides the measured
   role of the parameters it names. Both r are read from the same forward, the loss's in training mode (a coda
   run after every exit is read r times at r and 2r at 2r: the loop). The rule is the same at r = 1: the plain
@@ -120,9 +122,9 @@ def cache_key(config: LoopedConfig) -> str:
 
 
 def measure_module(config: LoopedConfig) -> tuple[Accounting, dict[str, str]]:
-    """(counts, role of every parameter by name), measured on the meta device: the loss forward (and backward)
-    counted and read at r, the logits forward checked and its vocabulary projection found, the loss forward read
-    at r' (module docstring)."""
+    """(counts, role of every parameter by name), measured on the meta device: the logits forward checked and its
+    vocabulary projection found, the loss forward (and backward) counted and read at r, the loss forward read at
+    r' (module docstring)."""
     with torch.device("meta"):
         module = architecture.build(config)
         idx = torch.zeros(1, config.seq_len, dtype=torch.long)
@@ -130,8 +132,9 @@ def measure_module(config: LoopedConfig) -> tuple[Accounting, dict[str, str]]:
     if not sizes:
         raise ValueError(f"architecture {config.architecture!r}: the module has no parameters, nothing to count "
                          f"or train")
+    called = check_logits(module, config, idx)
     flops, reads = training_flops(module, config, idx)
-    embedding = architecture.embed_names(module, config.vocab_size, check_logits(module, config, idx))
+    embedding = architecture.embed_names(module, config.vocab_size, called)
     roles = parameter_roles(module, config, reads, embedding)
     count = {role: sum(sizes[name].numel() for name, r in roles.items() if r == role) for role in ROLES}
     return Accounting(N_once=count["once"], N_rec=count["loop"], N_embed=count["embed"],
@@ -319,12 +322,14 @@ def parameter_roles(module: nn.Module, config: LoopedConfig, reads: dict[str, in
             raise ValueError(f"architecture {config.architecture!r}: parameter {name!r} is no parameter of the "
                              f"module built at r={r_b}, so its role cannot be measured; declare it in "
                              f"loopscale_roles()")
-        elif n_b not in (n_a, n_a * r_b // r_a) or n_a * r_b % r_a:
-            raise ValueError(f"architecture {config.architecture!r}: parameter {name!r} is read {n_a} times per "
-                             f"forward at r={r_a} and {n_b} at r={r_b}, neither the same (used once) nor in "
-                             f"proportion to r (the loop); declare its role in loopscale_roles()")
+        elif n_b == n_a:
+            roles[name] = "once"
+        elif (n_b - n_a) % (r_b - r_a) == 0 and 0 < (n_b - n_a) // (r_b - r_a) * r_a >= n_a:
+            roles[name] = "loop"  # k reads more per recurrence, and none outside the loop: n = k r - c, c >= 0
         else:
-            roles[name] = "loop" if n_b != n_a else "once"
+            raise ValueError(f"architecture {config.architecture!r}: parameter {name!r} is read {n_a} times per "
+                             f"forward at r={r_a} and {n_b} at r={r_b}, neither the same (used once) nor growing "
+                             f"with r and read only in the loop; declare its role in loopscale_roles()")
     return {**roles, **asked}
 
 

@@ -184,11 +184,18 @@ def test_both_r_are_read_from_the_loss_forward():
     assert all(role == "once" for name, role in roles.items() if name.startswith("prelude."))
 
 
+def test_a_gate_between_recurrences_read_r_minus_1_times_is_the_loop():
+    """Read r - 1 times: one more per recurrence and never outside the loop (issue 63: refused)."""
+    for r in (2, 4):
+        counts, roles = measure_module(_red_team("skip_last", r))
+        assert roles["gate.weight"] == roles["core.qkv.weight"] == "loop"
+
+
 def test_compute_that_depends_on_the_data_is_refused_in_training_and_not_served_in_evaluation():
     """On the meta device a loop that stops once every token has exited has no values to stop on: in training
     mode it is refused in one line saying what the counter cannot see and what to do; an exit only in evaluation
     mode trains at the full depth (counted), and its serving counts are refused rather than charged the full r."""
-    with pytest.raises(ValueError, match=r"forward\(idx, targets\) in training mode reads a tensor's value .*cannot "
+    with pytest.raises(ValueError, match=r"forward\(idx(, targets)?\) in training mode reads a tensor's value .*cannot "
                                          r"see compute that depends on the values .*exit early only when not "
                                          r"self\.training") as caught:
         measure_module(_red_team("early_exit", 2))
