@@ -3,10 +3,13 @@
 A sweep of looped models only (r = 2, 4, ...) cannot fit phi alone: the r = 1 runs anchor the base law that
 r^phi scales (Schwethelm et al. 2026 compare designs this way: r = 1 has no loop to change). A run at r = 1 of
 another sweep measures the same thing only when the two sweeps train the same model at r = 1 on the same loss:
-every template key that changes N or the FLOPs per token, and every one that sets the loss's scale, equal. That
-is checked on the runs themselves: the borrower's template must reproduce the lender's r = 1 runs' N_once, N_rec
-and FLOPs per token (``sizes.template_mismatch``: depth, vocabulary, sequence length, widths, an own
-architecture), and the two must share the objective, the batch and the vocabulary (the loss per token's scale).
+what determines the r = 1 model the law sees equal, its N and FLOPs per token at each width, and the loss's
+scale. That is checked on the runs themselves, not on how they were counted: the borrower's template must
+reproduce the lender's r = 1 runs' N = N_once + N_rec (at r = 1, r^phi = 1: the split is a name) and FLOPs per
+token (``sizes.template_mismatch``: depth, vocabulary, sequence length, widths, an own architecture whose plain
+stack differs), and the two must share the objective, the batch and the vocabulary (the loss per token's scale).
+An own architecture that is the built-in's plain stack at r = 1 is measured as the closed form counts it
+(model/measured.py), so its sweep borrows the built-in's r = 1 runs.
 
 ``with_borrowed_r1`` is what compare, ``analyze --baseline``, ``predict --baseline`` and ``export --baseline``
 call, so each gives the same phi for the same data.

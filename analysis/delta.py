@@ -10,6 +10,11 @@ by r^Delta (then r^phi_A (r^Delta N_rec) = r^(phi_A + Delta) N_rec), so Delta's 
 ordinary joint fits, each on the rows scaled by its own Delta, and its interval and the test of
 Delta = 0 come from the same nested F test as phi's (``analysis.profile_interval``, 7 free constants). The interval
 excludes 0 exactly when the test of Delta = 0 rejects at the same level.
+
+Both phi lie in phi's bounds [lo, hi] (``FitOptions.bounds.phi``), phi_B = phi_A + Delta too: held at a Delta, phi_A
+is fitted in [max(lo, lo - Delta), min(hi, hi - Delta)], and Delta's own range is [lo - hi, hi - lo], the widest
+difference two phi in the bounds can have. An interval that reaches an end of it puts phi_A and phi_B at opposite
+bounds of phi's.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from .fit import refit
 from .fit_objective import objective
 from .fit_problem import FitData, FitProblem, fit_rows
 from .fit_types import LawFit
-from .options import FitOptions
-from .profile_interval import NestedTest, Profile, grid_of, held_fits, profile, theta_of
+from .optimize import minimize_batch
+from .options import THETA, FitOptions
+from .profile_interval import NestedTest, Profile, grid_of, profile, theta_of
 
 FREE_CONSTANTS = 7  # E, A, alpha, B, beta, phi_A, Delta
+PHI = THETA.index("phi")
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,6 +77,12 @@ def combined(data_a: FitData, data_b: FitData, delta: float) -> FitData:
                    budget=np.concatenate([data_a.budget, data_b.budget]))
 
 
+def phi_a_bounds(options: FitOptions, delta: float) -> tuple[float, float]:
+    """Where phi_A may lie at a held Delta, so that phi_A and phi_A + Delta are both in phi's bounds."""
+    lo, hi = options.bounds.phi
+    return max(lo, lo - delta), min(hi, hi - delta)
+
+
 def fit_shared_base(runs_a: pd.DataFrame, runs_b: pd.DataFrame, fit_a: LawFit, fit_b: LawFit,
                     options: FitOptions) -> SharedBase:
     """The shared-base model of two sweeps' own runs (none borrowed: a borrowed run would count twice), started
@@ -88,12 +101,17 @@ def fit_shared_base(runs_a: pd.DataFrame, runs_b: pd.DataFrame, fit_a: LawFit, f
     def fit_at(deltas: np.ndarray, warm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # each fit's rows carry its own Delta in N_rec: the objective reads the row's N_rec by the fit's index
         n_rec = np.stack([combined(data_a, data_b, d).n_rec for d in deltas])
-        return held_fits(lambda x, rows: objective(x, dataclasses.replace(base, n_rec=n_rec[rows]), ones,
-                                                   options.delta),
-                         problem.lower, problem.upper, None, deltas, warm, options.max_iter)
+        lower, upper = np.tile(problem.lower, (len(deltas), 1)), np.tile(problem.upper, (len(deltas), 1))
+        lower[:, PHI], upper[:, PHI] = np.transpose([phi_a_bounds(options, d) for d in deltas])
+        result = minimize_batch(lambda x, rows: objective(x, dataclasses.replace(base, n_rec=n_rec[rows]), ones,
+                                                          options.delta),
+                                np.clip(np.asarray(warm, dtype=float), lower, upper), lower, upper,
+                                max_iter=options.max_iter, groups=np.arange(len(deltas)))
+        return result.x, result.f
 
+    held = dataclasses.replace(free, bounds=dataclasses.replace(options.bounds, phi=phi_a_bounds(options, centre)))
     theta_hat, f_hat = refit(combined(data_a, data_b, centre), theta_of(fit_a), n_starts=min(options.n_starts, 50),
-                             seed=options.seed, max_iter=options.max_iter, options=free)
+                             seed=options.seed, max_iter=options.max_iter, options=held)
 
     def test_of(delta: float, theta: np.ndarray, f_min: float) -> NestedTest:
         return NestedTest.at(combined(data_a, data_b, delta), theta, f_min, options.delta, FREE_CONSTANTS)

@@ -98,7 +98,10 @@ def _quadratic_through(points: list[tuple[int, int]]) -> tuple[Fraction, Fractio
 
 
 def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
-    """'' when the template reproduces the runs' N_once, N_rec and FLOPs per token at their widths, else why not."""
+    """'' when the template reproduces the runs' sizes and FLOPs per token at their widths, else why not, naming
+    what differs (never the whole template). At r > 1 the sizes are N_once and N_rec; at r = 1 their sum N, all
+    the law reads there (r^phi = 1): how a plain stack's N splits is a name, and the closed form and a measured
+    architecture name it alike (model/measured.py), but a runs table need not."""
     for r, group in used.groupby("r"):
         row = group.iloc[0]
         if not np.isfinite(row["width"]):
@@ -106,9 +109,18 @@ def template_mismatch(used: pd.DataFrame, template: dict[str, Any]) -> str:
         try:
             sizes = SizeCurve.from_model(int(r), template).sizes(row["width"])
         except (ValueError, TypeError) as err:
-            return f"template {template} does not build r={int(r)}: {err}"
-        for column, quantity in (("N_once", "N_once"), ("N_rec", "N_rec"), ("flops_per_token", "F")):
-            if np.isfinite(row[column]) and not np.isclose(sizes[quantity], row[column], rtol=1e-9):
-                return (f"template {template} gives {quantity} {float(sizes[quantity]):.6g} at width "
-                        f"{row['width']:.0f}, r={int(r)}, the runs record {row[column]:.6g}")
+            return f"the template does not build r={int(r)}: {err}"
+        recorded = {"N_once": row["N_once"], "N_rec": row["N_rec"], "F": row["flops_per_token"]}
+        if r == 1:
+            recorded = {"N": row["N_once"] + row["N_rec"], "F": row["flops_per_token"]}
+        for quantity, value in recorded.items():
+            if np.isfinite(value) and not np.isclose(sizes[quantity], value, rtol=1e-9):
+                name = "FLOPs per token" if quantity == "F" else quantity
+                return (f"the template{_architecture_of(template)} gives {name} {float(sizes[quantity]):.6g} at "
+                        f"width {row['width']:.0f}, r={int(r)}; the runs record {value:.6g}")
     return ""
+
+
+def _architecture_of(template: dict[str, Any]) -> str:
+    """' (architecture NAME)' for a template of an own architecture, else ''."""
+    return f" (architecture {template['architecture']})" if template.get("architecture") else ""

@@ -28,13 +28,15 @@ for a finished sweep.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -99,7 +101,8 @@ def _module_of(architecture: str):
     target, _ = split(architecture)
     if not target.endswith(".py"):
         try:
-            return importlib.import_module(target)
+            with _loads(architecture):
+                return importlib.import_module(target)
         except ImportError as exc:
             raise ValueError(f"architecture {architecture!r}: cannot import {target!r} ({exc})") from None
         except SystemExit as exc:
@@ -118,13 +121,42 @@ def _module_of(architecture: str):
         sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
         writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
         try:
-            spec.loader.exec_module(module)
+            with _loads(architecture):
+                spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:
             del sys.modules[name]
             raise ValueError(f"architecture {architecture!r}: {path.name} fails to import: {_failure(exc)}") from None
         finally:
             sys.dont_write_bytecode = writes
     return sys.modules[name]
+
+
+# Per architecture, the files of Python code executed while its module was imported (``_loads``): the helpers it
+# loads however it loads them (an import statement, ``importlib.import_module`` of a computed name, a file loaded
+# by its path, a folder put on ``sys.path``), seen by the audit event every module body's execution raises.
+_LOADED: dict[str, set[Path]] = {}
+_WATCHING: list[set[str]] = []
+_HOOKED: list[bool] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WATCHING and event == "exec" and getattr(args[0], "co_filename", None):
+        _WATCHING[-1].add(args[0].co_filename)
+
+
+@contextlib.contextmanager
+def _loads(architecture: str) -> Iterator[None]:
+    """Records in ``_LOADED[architecture]`` the files whose code runs as module bodies while open."""
+    if not _HOOKED:
+        sys.addaudithook(_audit)  # for the life of the process: an audit hook cannot be removed
+        _HOOKED.append(True)
+    seen: set[str] = set()
+    _WATCHING.append(seen)
+    try:
+        yield
+    finally:
+        _WATCHING.remove(seen)
+        _LOADED.setdefault(architecture, set()).update(Path(f).resolve() for f in seen if Path(f).is_file())
 
 
 def factory(architecture: str) -> Callable[..., nn.Module]:
@@ -169,9 +201,27 @@ def source_files(architecture: str) -> list[Path]:
     if _installed(start):
         return [start]  # its version pins its helpers
     if is_file(architecture) or "." not in module.__name__ and start.name != "__init__.py":
-        return _imported(start, start.parent, None)
-    top = importlib.import_module(module.__name__.split(".")[0])
-    return _imported(start, Path(top.__file__).resolve().parent.parent, top.__name__)
+        base, package = start.parent, None
+    else:
+        top = importlib.import_module(module.__name__.split(".")[0])
+        base, package = Path(top.__file__).resolve().parent.parent, top.__name__
+    found = set(_imported(start, base, package))
+    for path in sorted(_loaded_with(architecture, module) - found):
+        if path.is_relative_to(base) and not _installed(path):
+            found |= set(_imported(path, base, package))
+    return [start, *sorted(found - {start})]
+
+
+def _loaded_with(architecture: str, module) -> set[Path]:
+    """The files its import ran (``_LOADED``), and those of the modules its namespace holds or takes names from
+    (``from helper import Block``: a module imported before, by another route, runs no body again)."""
+    files = set(_LOADED.get(architecture, ()))
+    for value in vars(module).values():
+        owner = value if inspect.ismodule(value) else sys.modules.get(getattr(value, "__module__", None) or "")
+        where = getattr(owner, "__file__", None)
+        if where and Path(where).is_file():
+            files.add(Path(where).resolve())
+    return files
 
 
 def _imported(start: Path, base: Path, package: str | None) -> list[Path]:
@@ -263,16 +313,18 @@ def roles_asked(module: nn.Module) -> dict[str, str]:
     return dict(own()) if own is not None else {}
 
 
-def embed_names(module: nn.Module, vocab_size: int) -> set[str]:
+def embed_names(module: nn.Module, vocab_size: int, called: list[str] | None = None) -> set[str]:
     """The parameters of the token embedding and the vocabulary projection (N_embed), tied or not: the weight of
     every ``nn.Embedding`` of ``vocab_size`` rows, and the weight and bias of the ``nn.Linear`` with
     ``vocab_size`` outputs that a forward calls last (the head), unless ``loopscale_roles()`` says otherwise (and
     any it calls "embed"). The head is found by a forward of one 2-token sequence, not by shape: at a width of
     ``vocab_size`` (or an MLP of that width) a block's matrices have the head's shape. A head that is no
-    ``nn.Linear`` (a raw parameter used through ``F.linear``) is named "embed" by ``loopscale_roles()``."""
+    ``nn.Linear`` (a raw parameter used through ``F.linear``) is named "embed" by ``loopscale_roles()``.
+    ``called``: what ``vocab_linear_calls`` recorded over a forward already run (measured accounting's), in
+    place of that forward."""
     embeddings = [name for name, m in module.named_modules()
                   if isinstance(m, nn.Embedding) and m.num_embeddings == vocab_size]
-    head = _last_vocab_linear(module, vocab_size)
+    head = _last_vocab_linear(module, vocab_size) if called is None else (called[-1] if called else None)
     found = {_qualified(name, "weight") for name in embeddings}
     if head is not None:
         found |= {_qualified(head, p) for p, _ in module.get_submodule(head).named_parameters()}
@@ -285,23 +337,32 @@ def _qualified(module_name: str, param: str) -> str:
     return f"{module_name}.{param}" if module_name else param
 
 
-def _last_vocab_linear(module: nn.Module, vocab_size: int) -> str | None:
-    """The name of the last ``nn.Linear`` with ``vocab_size`` outputs that ``module``'s forward calls."""
+@contextlib.contextmanager
+def vocab_linear_calls(module: nn.Module, vocab_size: int) -> Iterator[list[str]]:
+    """While open, the names of the ``nn.Linear`` with ``vocab_size`` outputs that forwards of ``module`` call,
+    in the order called."""
     called: list[str] = []
     handles = [m.register_forward_hook(lambda m, args, out, name=name: called.append(name))
                for name, m in module.named_modules() if isinstance(m, nn.Linear) and m.out_features == vocab_size]
-    if not handles:
-        return None
-    device = next(module.parameters()).device
     try:
-        with torch.no_grad():
-            module(torch.zeros(1, 2, dtype=torch.long, device=device))
-    except Exception as exc:
-        raise ValueError(f"{type(module).__name__}: forward(idx) of one 2-token sequence, run to find its "
-                         f"vocabulary projection, raised {type(exc).__name__}: {_first_line(exc)}") from None
+        yield called
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _last_vocab_linear(module: nn.Module, vocab_size: int) -> str | None:
+    """The name of the last ``nn.Linear`` with ``vocab_size`` outputs that ``module``'s forward calls."""
+    if not any(isinstance(m, nn.Linear) and m.out_features == vocab_size for m in module.modules()):
+        return None
+    device = next(module.parameters()).device
+    with vocab_linear_calls(module, vocab_size) as called:
+        try:
+            with torch.no_grad():
+                module(torch.zeros(1, 2, dtype=torch.long, device=device))
+        except Exception as exc:
+            raise ValueError(f"{type(module).__name__}: forward(idx) of one 2-token sequence, run to find its "
+                             f"vocabulary projection, raised {type(exc).__name__}: {_first_line(exc)}") from None
     return called[-1] if called else None
 
 

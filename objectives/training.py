@@ -2,7 +2,8 @@
 
 D comes from ``model.tokens_for_budget`` (whole optimizer steps of ``batch_tokens``, never more than C), so
 ``flops_spent = F * D`` is within one step of the budget. Validation loss is the mean cross-entropy in nats per
-token over the sweep's fixed validation rows (every target of every row), plus bits per byte for text.
+token over the sweep's fixed validation rows (every target of every row), plus bits per byte for text, measured
+with the module in evaluation mode (``evaluate``).
 
 The trial's fields (``objectives.trial.TrialConfig``) a training trial reads, beyond its shape and budget
 (defaults in brackets)::
@@ -288,14 +289,38 @@ def _divergence(loss: float, first_loss: float, factor: float, step: int) -> str
 def evaluate(model: torch.nn.Module, packed: PackedData, device: torch.device, bf16: bool, rows: int,
              group: "_Group | None" = None) -> float:
     """Mean cross-entropy (nats per token) over every target of the fixed validation rows (data parallel:
-    each worker takes every k-th chunk and the sums are added up)."""
+    each worker takes every k-th chunk and the sums are added up).
+
+    One mode for every evaluation, in a trial (its end and each warmdown branch) and of a kept model alike: the
+    module in evaluation mode (``model.eval()``; its training mode is restored after), as it is served. A module's
+    optional ``loopscale_metrics_reset()`` is called first, so that ``loopscale_metrics()`` read after it describes
+    this evaluation alone, not the branches' before it."""
     group = group or _Group()
-    total = torch.zeros((), device=device, dtype=torch.float64)
-    for start in range(group.rank * rows, len(packed.val), rows * group.world):
-        chunk = torch.from_numpy(packed.val[start:start + rows].astype("int64")).to(device, non_blocking=True)
-        with runtime.autocast(device, bf16):
-            total += model(chunk[:, :-1], chunk[:, 1:]).double() * len(chunk)
+    reset = getattr(_own_module(model), "loopscale_metrics_reset", None)
+    if reset is not None:
+        reset()
+    training = model.training
+    model.eval()
+    try:
+        total = torch.zeros((), device=device, dtype=torch.float64)
+        for start in range(group.rank * rows, len(packed.val), rows * group.world):
+            chunk = torch.from_numpy(packed.val[start:start + rows].astype("int64")).to(device, non_blocking=True)
+            with runtime.autocast(device, bf16):
+                total += model(chunk[:, :-1], chunk[:, 1:]).double() * len(chunk)
+    finally:
+        model.train(training)
     return float(group.sum(total).item() / len(packed.val))
+
+
+def _own_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The architecture's own module inside a DistributedDataParallel or torch.compile wrapper."""
+    while True:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):  # torch.compile's OptimizedModule
+            model = model._orig_mod
+        else:
+            return model
 
 
 def validation_loss(model: torch.nn.Module, trial: TrialConfig, device: str = "auto") -> float:

@@ -183,7 +183,8 @@ MODEL_FILE = "model.pt"
 RESUME_KEYS = ("resumes", "resumed_from_step")
 
 
-# A module's own measurements (``loopscale_metrics()``, docs/own_architecture.md), logged at every evaluation
+# A module's own measurements (``loopscale_metrics()``, docs/own_architecture.md), read after the last evaluation
+# (``training.evaluate`` calls the module's ``loopscale_metrics_reset()`` before each)
 MODULE_PREFIX = "module."
 
 

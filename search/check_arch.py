@@ -1,7 +1,9 @@
 """``loopscale check-arch SPEC``: does the spec's architecture keep the contract a sweep relies on?
 
 Per r of the spec, the measured N_once, N_rec, N_embed and training FLOPs per token at the narrowest and the
-widest width (model/measured.py; a parameter no forward reads is refused there). Then, on CPU at the narrowest
+widest width (model/measured.py; a parameter no forward reads is refused there, and so is a training forward whose
+compute depends on the data), and a line when the serving counts cannot be measured (compute that depends on the
+data in evaluation mode: an early exit). Then, on CPU at the narrowest
 width and the smallest r, on one fixed batch of random tokens (``ROWS`` x ``min(seq_len, TOKENS)``):
 
 * the loss at init, against log V (a uniform prediction): above log V + ``INIT_SLACK`` nats, or not finite,
@@ -23,7 +25,7 @@ import math
 import torch
 
 from loopscale.analysis import numbers
-from loopscale.model import account, tokens_for_budget
+from loopscale.model import account, inference, tokens_for_budget
 from loopscale.model.architecture import build, param_groups
 from loopscale.model.measured import call_forward
 from loopscale.objectives import normalize_recipe
@@ -49,6 +51,10 @@ def check_architecture(spec: SweepSpec) -> tuple[list[str], list[str]]:
             report.append(f"  {r:>2} {config.width:>6} {a.N_once:>12,} {a.N_rec:>12,} {a.N_embed:>12,} "
                           f"{numbers.flops(a.flops_per_token):>12}")
     config = spec.grid.model(spec.grid.s_min, min(spec.grid.recurrences))
+    try:
+        inference(config)
+    except ValueError as exc:  # an exit in evaluation mode only: it trains at the counted depth, serves at another
+        report.append(f"  serving counts not measured: {exc}")
     problems: list[str] = []
     tokens = torch.randint(0, config.vocab_size, (ROWS, min(config.seq_len, TOKENS) + 1),
                            generator=torch.Generator().manual_seed(spec.sampling.seed))

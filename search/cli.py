@@ -115,11 +115,13 @@ def _plan(args: argparse.Namespace) -> int:
 def add_check_arch(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "check-arch", help="check the spec's architecture: measured counts and FLOPs, init loss, gradients, a few "
-                           "training steps (CPU, seconds)",
+                           "training steps (CPU; about a second per shape measured, the first time)",
         description="Per r, the measured N_once, N_rec, N_embed and FLOPs per token at the narrowest and widest "
                     "width; then on CPU: the loss at init against log V, gradients reaching every parameter, the "
                     "same loss twice for the same seed, and a few steps of the spec's recipe lowering the loss and "
-                    "moving every parameter. Each problem is one line, exit 2.")
+                    "moving every parameter. Each problem is one line, exit 2. Reading the spec measures every "
+                    "width its cells may train (about a second of CPU per (width, r) shape), once: the counts are "
+                    "cached under the spec's cache_dir.")
     _spec_argument(p)
     _set_argument(p)
     p.set_defaults(func=_check_arch)

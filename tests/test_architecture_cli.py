@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopscale.model import measured
+from loopscale.model.architecture import fingerprint, source_files
 from loopscale.search import SweepSpec
 from loopscale.search.cli import main
 from test_bad_input import refuses, spec_file, workdir  # noqa: F401 (a fixture)
@@ -184,6 +185,59 @@ def helped(config):
     edited = SweepSpec.from_toml(spec).spec_hash
     (tmp_path / "unrelated.py").write_text("X = 2\n")
     assert SweepSpec.from_toml(spec).spec_hash == edited
+
+
+@pytest.mark.parametrize("design", ["early_exit", "eval_exit"])
+def test_check_arch_says_what_the_counter_cannot_see_when_compute_depends_on_the_data(workdir, capsys, design):
+    """A loop that stops once every token has exited: in training mode one line and exit 2 (issue 63: a bare
+    "Tensor.item() cannot be called on meta tensors"); in evaluation mode only, it trains at the counted depth
+    (exit 0) and a line says its serving counts are not measured (issue 63: the full r, silently)."""
+    shutil.copy(FIXTURE, workdir / "tiny_loop.py")
+    shutil.copy(FIXTURE.with_name("red_team.py"), workdir / "red_team.py")
+    spec = spec_file(workdir, template={"architecture": "red_team.py:build", "options": {"design": design}},
+                     budgets=[1e12], recurrences=[2], widths={"s_min": 1, "s_max": 2})
+    code = main(["check-arch", str(spec)])
+    out, err = capsys.readouterr()
+    if design == "early_exit":
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert "in training mode reads a tensor's value" in err and "exit early only when not self.training" in err
+    else:
+        assert code == 0, err
+        assert "serving counts not measured: " in out and "in evaluation mode reads a tensor's value" in out
+
+
+def test_a_helper_loaded_however_the_file_loads_it_is_part_of_its_source(tmp_path):
+    """Helpers no import statement names under the file's folder: a module of a folder the file puts on sys.path,
+    one imported by a computed name, one loaded from its path. Each edit is a new architecture (issue 63: the old
+    counts from the cache beside a check of the new model)."""
+    (tmp_path / "lib").mkdir()
+    helpers = [tmp_path / "lib" / "blocks.py", tmp_path / "named.py", tmp_path / "by_path.py"]
+    for helper in helpers:
+        helper.write_text("X = 1\n")
+    (tmp_path / "loader.py").write_text(FIXTURE.read_text() + '''
+import importlib, importlib.util, os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "lib"))
+import blocks
+sys.path.insert(0, HERE)
+named = importlib.import_module("na" + "med")
+_spec = importlib.util.spec_from_file_location("by_path_helper", os.path.join(HERE, "by_path.py"))
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))
+''')
+    architecture = f"{tmp_path / 'loader.py'}:tiny_loop"
+    try:
+        before = fingerprint(architecture)
+        assert {p.resolve() for p in helpers} <= set(source_files(architecture))
+        for helper in helpers:
+            helper.write_text(helper.read_text() + "# an edit\n")
+            assert fingerprint(architecture) != before
+            before = fingerprint(architecture)
+    finally:
+        for name in ("blocks", "named"):
+            sys.modules.pop(name, None)
+        for entry in (str(tmp_path / "lib"), str(tmp_path)):
+            while entry in sys.path:
+                sys.path.remove(entry)
 
 
 def test_check_arch_steps_the_spec_s_recipe_and_names_a_parameter_it_cannot_move(workdir, capsys):

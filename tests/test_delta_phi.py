@@ -99,3 +99,31 @@ def test_analyze_with_a_baseline_gives_compares_phi_for_b(tmp_path, capsys):
     assert main(["predict", "--experiment", str(paths["variant"]), "--baseline", str(paths["base"]), "--budget", "1e18",
                  "--r", "2", *argv]) == 0
     assert f"phi {result.fit_b.phi:.3f}" in capsys.readouterr().err
+
+
+def test_both_phi_stay_in_phi_s_bounds_at_every_delta():
+    """Held at each Delta of its profile, phi_A and phi_B = phi_A + Delta both lie in phi's bounds (issue 63: a
+    Delta of -6 beside phi's bound of -3, phi_B far below any phi a sweep can fit)."""
+    base, variant = pair(0.0, 0)
+    shared = compare_runs(base, variant, options=QUICK).shared
+    lo, hi = QUICK.bounds.phi
+    phi_a = shared.profile.thetas[:, 5]
+    phi_b = phi_a + shared.profile.values
+    assert ((lo <= phi_a) & (phi_a <= hi) & (lo - 1e-9 <= phi_b) & (phi_b <= hi + 1e-9)).all()
+    assert lo <= shared.phi_a <= hi and lo <= shared.phi_b <= hi
+
+
+def test_an_own_design_borrows_the_built_in_s_r1_runs_when_its_r1_model_is_the_same():
+    """The relaxed recursive example is LoopedLM's plain stack at r = 1: its sweep borrows the built-in's r = 1 runs
+    (issue 63: refused, "templates differ at r=1", for every own architecture). A design whose r = 1 model is
+    another is refused in one line naming what differs, not the whole template."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "architectures"
+    base, variant = pair(0.0, 0)
+    relaxed = recorded(variant, architecture=f"{examples / 'relaxed_recursive.py'}:build")
+    assert borrow_refusal(recorded(base), relaxed, "search") == ""
+    tiny = recorded(variant, architecture=f"{Path(__file__).parent / 'fixtures' / 'tiny_loop.py'}:tiny_loop")
+    refusal = borrow_refusal(recorded(base), tiny, "search")
+    assert refusal.startswith("the templates differ at r = 1: the template (architecture ") and "{" not in refusal
+    assert ":tiny_loop) gives N " in refusal and ", r=1; the runs record " in refusal

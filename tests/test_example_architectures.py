@@ -121,3 +121,13 @@ def test_lora_weights_train_with_adamw_and_every_parameter_is_in_one_group():
 @pytest.mark.parametrize("spec", ["relaxed_recursive.toml", "huginn_concat.toml"])
 def test_the_example_specs_pass_check_arch(spec, capsys):
     assert main(["check-arch", str(EXAMPLES / spec)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("architecture", [RELAXED, HUGINN])
+@pytest.mark.parametrize("s", [1, 4])
+def test_at_r1_each_design_is_counted_as_the_built_in_plain_stack_it_is(architecture, s):
+    """At one recurrence both designs are LoopedLM's plain stack: measured, they give its closed form exactly
+    (N_once and N_rec as the closed form splits them, N_embed, FLOPs), so a sweep of either borrows the built-in's
+    r = 1 runs (issue 63: 6,288 / 0 and no norm-scale FLOPs against 3,152 / 3,136)."""
+    config = dataclasses.replace(shape(1, "none"), width=8 * s)
+    assert account(as_arch(config, architecture)) == account(config)

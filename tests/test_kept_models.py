@@ -323,3 +323,52 @@ def test_evaluate_refuses_bad_input_in_one_line_before_any_work(tmp_path, capsys
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
     assert trial_numbers(client.get_run(run.info.run_id)) == {}
+
+
+MODED = """
+from loopscale.model.looped import LoopedLM
+
+
+class Moded(LoopedLM):
+    '''Its loss is 1 nat higher in training mode; it counts the forwards it runs in evaluation mode.'''
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.evaluated = 0
+
+    def forward(self, idx, targets=None):
+        out = super().forward(idx, targets)
+        self.evaluated += not self.training
+        return out + 1.0 if targets is not None and self.training else out
+
+    def loopscale_metrics(self):
+        return {"evaluated": self.evaluated}
+
+    def loopscale_metrics_reset(self):
+        self.evaluated = 0
+
+
+def build(config):
+    return Moded(config)
+"""
+
+
+def test_validation_runs_in_evaluation_mode_and_metrics_describe_the_last_evaluation_alone(tmp_path):
+    """In a trial (with a warmdown branch evaluated before its end) and of its kept model, validation runs the
+    module in evaluation mode: one val_loss for a module that branches on self.training (issue 63: in-trial
+    validation ran in training mode), and loopscale_metrics() after loopscale_metrics_reset() counts the last
+    evaluation's forwards only, not the branch's too."""
+    (tmp_path / "moded.py").write_text(MODED)
+    template = {**TEMPLATE, "architecture": f"{tmp_path}/moded.py:build"}
+    trial = TrialConfig(budget_flops=4e9, s=2.0, r=2, template=template, batch_tokens=512, data={"source": "kjv"},
+                        cache_dir=str(tmp_path), val_tokens=2048, num_threads=1,
+                        recipe={"schedule": "wsd", "branch_budgets": [2e9]})
+    files: list[bytes] = []
+    metrics = train(trial, keep=files.append)
+    assert metrics["status"] == "ok" and "branch0.val_loss" in metrics
+    chunks = 2048 // 64 // (512 // 64)  # the validation rows in micro-batches of a step's rows
+    assert metrics["module.evaluated"] == chunks
+    kept_trial, weights = read_kept(files[0], "the file")
+    model = rebuild(kept_trial, weights)
+    assert validation_loss(model, kept_trial, "cpu") == pytest.approx(metrics["val_loss"], abs=1e-6)
+    assert module_metrics(model) == {"module.evaluated": chunks}

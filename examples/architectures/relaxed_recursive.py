@@ -27,12 +27,15 @@ import torch.nn as nn
 from loopscale.model import LoopedConfig, LoopedLM
 
 
-class PerLoopLoRA(nn.Module):
-    """A shared linear layer with one low-rank correction per recurrence; ``loop`` selects the correction."""
+class PerLoopLoRA(nn.Linear):
+    """A shared linear layer with one low-rank correction per recurrence; ``loop`` selects the correction. It keeps
+    the shared layer's weight under its own name (``weight``), so the shared block reads as the same parameters
+    at every r, the plain stack's at r = 1 included."""
 
     def __init__(self, shared: nn.Linear, loops: int, rank: int):
-        super().__init__()
-        self.shared, self.loop = shared, 0
+        super().__init__(shared.in_features, shared.out_features, bias=False, device=shared.weight.device,
+                         dtype=shared.weight.dtype)
+        self.weight, self.loop = shared.weight, 0
         self.down = nn.ParameterList(nn.Parameter(torch.empty(rank, shared.in_features)) for _ in range(loops))
         self.up = nn.ParameterList(nn.Parameter(torch.zeros(shared.out_features, rank)) for _ in range(loops))
         bound = math.sqrt(3 / shared.in_features)
@@ -40,7 +43,7 @@ class PerLoopLoRA(nn.Module):
             nn.init.uniform_(down.detach(), -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.shared(x) + (x @ self.down[self.loop].t()) @ self.up[self.loop].t()
+        return super().forward(x) + (x @ self.down[self.loop].t()) @ self.up[self.loop].t()
 
 
 class RelaxedRecursiveLM(LoopedLM):
