@@ -18,15 +18,15 @@ for r = 1.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from .fit import fit_joint_law
-from .fit_types import LawFit
 from .options import FitOptions
-from .runs import usable_runs
+
+if TYPE_CHECKING:
+    from .fit_types import LawFit
 
 RATE_FACTORS = (0.5, 2.0)  # the rates tried, as multiples of the rate the search trained with
 RATE_STAGE = "rate_x"  # the stages' names: rate_x0.5, rate_x2
@@ -39,6 +39,8 @@ def stage_name(factor: float) -> str:
 
 def best_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Each search cell's run of the lowest loss among its trials (branches left out) that trained."""
+    from .runs import usable_runs  # here, not at the top: the spec reads this module's stage names without scipy
+
     trials = usable_runs(runs, stage="search")
     if "branch_of" in trials:
         trials = trials[trials["branch_of"].fillna("").eq("")]
@@ -51,6 +53,8 @@ def rate_sensitivity(runs: pd.DataFrame, joint: LawFit, options: FitOptions) -> 
     if not tried:
         return None
     factors = sorted([1.0, *tried])
+    from .runs import usable_runs
+
     tables = {f: best_runs(runs) if f == 1.0 else usable_runs(runs, stage=stage_name(f)) for f in factors}
     phis = {f: _phi(t, options) for f, t in tables.items()}
     losses = pd.DataFrame({f: t.set_index(["budget_flops", "r"])["val_loss"] for f, t in tables.items()})
@@ -74,6 +78,8 @@ def rate_sensitivity(runs: pd.DataFrame, joint: LawFit, options: FitOptions) -> 
 
 def _phi(table: pd.DataFrame, options: FitOptions) -> float:
     """phi of the joint law fitted to one rate's runs (NaN where they cannot be fitted)."""
+    from .fit import fit_joint_law
+
     try:
         return float(fit_joint_law(table.assign(stage="search"), options=options, n_bootstrap=0).phi)
     except ValueError:

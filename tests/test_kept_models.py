@@ -368,7 +368,7 @@ def test_validation_runs_in_evaluation_mode_and_metrics_describe_the_last_evalua
     assert metrics["status"] == "ok" and "branch0.val_loss" in metrics
     chunks = 2048 // 64 // (512 // 64)  # the validation rows in micro-batches of a step's rows
     assert metrics["module.evaluated"] == chunks
-    kept_trial, weights = read_kept(files[0], "the file")
+    kept_trial, weights = kept(files[0])
     model = rebuild(kept_trial, weights)
     assert validation_loss(model, kept_trial, "cpu") == pytest.approx(metrics["val_loss"], abs=1e-6)
     assert module_metrics(model) == {"module.evaluated": chunks}
