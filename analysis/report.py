@@ -25,6 +25,7 @@ from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .depth import depth_table, depth_text
+from .downstream.report import Downstream, downstream
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
@@ -65,6 +66,7 @@ class Analysis:
     unfinished: str = ""  # where an unfinished sweep stands (analysis/unfinished.py); '' when it finished
     validation: pd.DataFrame = field(default_factory=pd.DataFrame)  # rungs predicted and achieved (validation.py)
     validation_band: pd.DataFrame | None = None
+    downstream: Downstream | None = None  # kept models' downstream scores (analysis/downstream/), when they have any
 
     @property
     def used(self) -> pd.DataFrame:
@@ -88,7 +90,12 @@ class Analysis:
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
             "validation": self.validation.to_dict(orient="records"),
+            **({"downstream": self.downstream.summary()} if self._has_downstream else {}),
         }
+
+    @property
+    def _has_downstream(self) -> bool:
+        return self.downstream is not None and not self.downstream.empty
 
     def gap_ranges(self) -> dict[str, list[float]]:
         """Per r > 1, [min, max] over the sweep's budgets of the law's gap to r = 1 at the optimum (nats)."""
@@ -115,6 +122,7 @@ class Analysis:
         depth = self.tables.get("depth_eval", pd.DataFrame())
         if not depth.empty:
             lines.append(depth_text(depth))
+        lines += self.downstream.lines() if self._has_downstream else []
         lines += validation.lines(self.validation, joint.confidence)
         lines.append("excluded: " + excluded_text(self.runs, self.options.stage))
         spent = s["flops_spent"]
@@ -178,6 +186,8 @@ class Analysis:
             figures["loss_vs_r_eval"] = depth_figure(self.tables["depth_eval"])
         if self.validation_band is not None:
             figures["validation"] = validation_figure(self.validation_band, self.optima, self.validation)
+        if self._has_downstream:
+            figures["downstream"] = self.downstream.figure()
         return figures
 
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -202,6 +212,7 @@ class Analysis:
             if len(errors):
                 metrics["backtest_loss_error_mean_abs"] = float(errors.abs().mean())
         metrics.update(validation.mlflow_metrics(self.validation))
+        metrics.update(self.downstream.mlflow_metrics() if self._has_downstream else {})
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
                   "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
                   "delta": self.options.delta, "template": self.template_note}
@@ -255,6 +266,7 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     if not analysis.validation.empty and not mismatch:
         analysis.validation_band = validation.band(suite.joint, analysis.validation, used["budget_flops"],
                                                    template=template, batch_tokens=batch_tokens)
+    analysis.downstream = downstream(runs, options.confidence)
     analysis.tables = _tables(analysis)
     return analysis
 
@@ -314,6 +326,8 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
         tables["depth_eval"] = depth
     if not a.validation.empty:
         tables["validation"] = a.validation
+    if a._has_downstream:
+        tables.update(a.downstream.tables())
     return tables
 
 

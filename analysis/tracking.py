@@ -24,6 +24,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
+from .downstream.columns import DOWNSTREAM_COLUMN
 from .store import (BRANCH_COLUMN, EVAL_COLUMN, KIND_TAG, SUPPRESS_URLS, check_store, iter_runs, redact,
                     resolve_tracking_uri, runs_query, trial_numbers)
 
@@ -126,6 +127,7 @@ def _row(run, experiment: str) -> dict[str, Any]:
     row.update({k: v for k, v in params.items() if k.startswith("template.")})
     row.update({k: v for k, v in metrics.items() if BRANCH_COLUMN.match(k)})  # warmdown branches (runs.py)
     row.update({k: v for k, v in metrics.items() if EVAL_COLUMN.match(k)})  # evaluations at other r (depth.py)
+    row.update({k: v for k, v in metrics.items() if DOWNSTREAM_COLUMN.match(k)})  # task scores (downstream/)
     return row
 
 

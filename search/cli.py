@@ -309,8 +309,12 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
                     "then plots loss against r_eval per cell. An architecture that cannot run an r says so in "
                     "one line.")
     p.add_argument("experiment", help="the sweep's name (its MLflow experiment)")
-    p.add_argument("--r", required=True, dest="recurrences", metavar="R1,R2,...",
-                   help="recurrence counts to evaluate at, e.g. 1,2,4,8,16")
+    p.add_argument("--r", dest="recurrences", metavar="R1,R2,...",
+                   help="recurrence counts to evaluate at, e.g. 1,2,4,8,16 (required without --tasks)")
+    p.add_argument("--tasks", metavar="SPEC",
+                   help="also score each model on downstream tasks, at its trained r and each --r: the built-in "
+                        "probes (probes, or probes:SEED) or a DCLM/CORE-style bundle YAML; logs task.<label>_r<k> "
+                        "and axis.<axis>_r<k> (docs/downstream.md)")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--device", default="cpu", help="torch device to evaluate on (default cpu; auto: CUDA if any)")
     p.add_argument("--threads", type=int, default=0,
@@ -322,13 +326,26 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_kept, parse_recurrences, refusals, render
 
-    recurrences = parse_recurrences(args.recurrences)
+    if args.recurrences is None and args.tasks is None:
+        raise ValueError("evaluate needs --r (recurrence counts to evaluate the loss at) or --tasks (downstream tasks)")
+    recurrences = parse_recurrences(args.recurrences) if args.recurrences is not None else []
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
-    evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
-    for line in refusals(evaluated):
-        print(f"loopscale: {line}", file=sys.stderr)
-    print("\n".join(render(evaluated, recurrences)))
+    if args.tasks is not None:
+        from . import downstream
+
+        downstream.load_tasks(args.tasks)  # a bad task set is one line before any evaluation
+    if recurrences:
+        evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
+        for line in refusals(evaluated):
+            print(f"loopscale: {line}", file=sys.stderr)
+        print("\n".join(render(evaluated, recurrences)))
+    if args.tasks is not None:
+        tasks, scored = downstream.evaluate_tasks(args.experiment, args.tasks, recurrences, args.tracking_uri,
+                                                  args.device, args.threads)
+        for line in downstream.refusals(scored) if not recurrences else []:  # else said with the losses
+            print(f"loopscale: {line}", file=sys.stderr)
+        print("\n".join(downstream.render(tasks, scored)))
     return 0
 
 

@@ -12,6 +12,7 @@ config refuses it) is one line per run and r on stderr, and nothing is logged fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopscale.analysis.store import eval_column, numbers_tags
 from loopscale.objectives.trial import module_metrics
@@ -41,20 +42,14 @@ class Evaluated:
     refused: dict[int, str] = field(default_factory=dict)
 
 
-def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
-                  device: str = "cpu", threads: int = 0) -> list[Evaluated]:
-    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
-    numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
-    evaluation, for an experiment without kept models or an architecture that no longer loads."""
-    import torch
-    from mlflow.entities import RunTag
+def kept_runs(experiment: str, tracking_uri: str | None = None) -> tuple[Any, str, list[Any]]:
+    """(client, store URI, the trial runs holding a kept model) of ``experiment``; ValueError in one line, before
+    any evaluation, for an experiment without kept models or an architecture that no longer loads."""
     from mlflow.tracking import MlflowClient
 
     from loopscale.analysis.store import check_store, iter_runs, resolve_tracking_uri, runs_query
     from loopscale.model.architecture import factory
-    from loopscale.objectives.training import validation_loss
 
-    from .models import load_model
     from .tracking import KEPT_TAG
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -71,6 +66,22 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
         name = run.data.params.get("template.architecture")
         if name:
             factory(name)
+    return client, uri, kept
+
+
+def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
+                  device: str = "cpu", threads: int = 0) -> list[Evaluated]:
+    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
+    numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
+    evaluation, for an experiment without kept models or an architecture that no longer loads."""
+    import torch
+    from mlflow.entities import RunTag
+
+    from loopscale.objectives.training import validation_loss
+
+    from .models import load_model
+
+    client, uri, kept = kept_runs(experiment, tracking_uri)
     if threads:
         torch.set_num_threads(threads)
     done = []

@@ -196,3 +196,23 @@ def test_the_probes_are_the_same_for_the_same_seed_and_cover_the_five_axes():
             assert sum(h + "." in text for h in held) > 10  # training holds the facts the closed-book probes ask
         else:
             assert not any(h in text.split("\n\n") for h in held)  # and no other probe's own instance
+
+
+def test_a_data_spec_mixes_the_probes_documents_into_the_stream_and_plain_specs_keep_their_fingerprint(tmp_path):
+    from loopscale.objectives.data.cache import data_fingerprint, open_packed, prepare_data
+    from loopscale.objectives.data.spec import normalize_data
+
+    plain = {"source": "kjv", "max_tokens": 60_000}
+    mixed = {**plain, "probe_share": 0.5}
+    assert "probe_share" not in normalize_data(plain) and normalize_data(mixed)["probe_seed"] == 0
+    assert data_fingerprint(mixed, 64, 256) != data_fingerprint(plain, 64, 256)
+    assert data_fingerprint(mixed, 64, 256) != data_fingerprint({**mixed, "probe_seed": 1}, 64, 256)
+    packed = open_packed(str(tmp_path), prepare_data(mixed, 64, str(tmp_path), 256))
+    text = bytes(packed.train.reshape(-1).astype("uint8")).decode("utf-8", "replace")
+    facts = [f"{solved(t, i)}." for t in probe_tasks(0) if t.axis == "parametric_knowledge" for i in t.items]
+    assert sum(fact in text for fact in facts) > 20 and "LORD" in text
+    for bad, message in (({"probe_share": 1.0}, r"data.probe_share must be a share of the documents in \(0, 1\)"),
+                         ({"probe_seed": 3}, "data.probe_seed applies only with probe_share"),
+                         ({"source": "synthetic", "probe_share": 0.1}, "the synthetic source generates token ids")):
+        with pytest.raises(ValueError, match=message):
+            normalize_data(bad)

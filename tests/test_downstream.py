@@ -1,0 +1,142 @@
+"""Downstream scores in the analysis and through the CLI: the matched-loss test holds its size on simulated sweeps
+where r has no effect beyond its loss and finds a planted one; the gap at matched compute equals its hand
+computation; a real tiny sweep's kept models scored on the built-in probes and on a bundle through ``loopscale
+evaluate --tasks``, their numbers on the runs, and ``analyze``'s tables, summary and verdicts from them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from loopscale.analysis.downstream.accuracy import axis_score, wilson
+from loopscale.analysis.downstream.compute import gap_at_compute
+from loopscale.analysis.downstream.matched_loss import fit_loss_curve
+from test_spec import write_spec
+from test_tasks import write_bundle
+
+CHANCE = 0.25
+
+
+def simulated_axis(rng, planted: float = 0.0, model_noise: float = 0.0, tasks: int = 3, items: int = 200):
+    """3 budgets x r in {1, 2, 4}, one kept model each: its loss from the budget and r, its accuracy on a sigmoid
+    in that loss (plus ``planted`` at r = 4 and a model's own offset of sd ``model_noise``), scored on ``tasks``
+    tasks of ``items`` binomial items."""
+    rows = []
+    for budget, base in ((1e12, 2.3), (2e12, 2.0), (4e12, 1.7)):
+        for r in (1, 2, 4):
+            loss = base + 0.04 * math.log2(r) + rng.normal(0, 0.03)
+            p = CHANCE + (1 - CHANCE) / (1 + math.exp(4 * (loss - 2.0))) + (planted if r == 4 else 0.0)
+            p = min(max(p + rng.normal(0, model_noise), 0.0), 1.0) if model_noise else p
+            score, se = axis_score(list(rng.binomial(items, p, size=tasks)), [items] * tasks)
+            rows.append({"r": r, "budget_flops": budget, "loss": loss, "score": score, "se": se, "chance": CHANCE})
+    return pd.DataFrame(rows)
+
+
+def false_verdicts(seed: int, reps: int, **kwargs) -> float:
+    rng = np.random.default_rng(seed)
+    verdicts = [s.verdict for _ in range(reps) for s in fit_loss_curve(simulated_axis(rng, **kwargs)).shifts.values()]
+    return sum(v != "cannot tell from none" for v in verdicts) / len(verdicts)
+
+
+def test_the_matched_loss_test_holds_its_size_where_r_buys_nothing_beyond_its_loss():
+    # 2 shifts (r = 2, 4) x 200 sweeps: a rate of 5% has a binomial sd of 1.1 points
+    assert 0.02 <= false_verdicts(0, 200) <= 0.085
+    assert 0.02 <= false_verdicts(1, 200, model_noise=0.03) <= 0.085  # models that differ beyond their items
+
+
+def test_the_matched_loss_test_finds_a_planted_shift():
+    rng = np.random.default_rng(2)
+    found = [fit_loss_curve(simulated_axis(rng, planted=0.08)).shifts[4] for _ in range(100)]
+    assert sum(s.verdict == "more than its loss predicts" for s in found) >= 90
+    assert np.median([s.shift for s in found]) == pytest.approx(0.08, abs=0.015)
+    assert all(s.ci[0] < s.shift < s.ci[1] for s in found)
+
+
+def test_too_few_models_give_no_test():
+    rng = np.random.default_rng(3)
+    assert fit_loss_curve(simulated_axis(rng).iloc[:4]) is None  # 4 models, 4 parameters
+
+
+def test_the_gap_at_matched_compute_is_the_mean_difference_over_shared_budgets():
+    table = pd.DataFrame({"r": [1, 1, 4, 4, 4], "budget_flops": [1, 2, 1, 2, 3], "score": [0.5, 0.6, 0.4, 0.7, 0.9],
+                          "se": [0.03, 0.04, 0.03, 0.05, 0.1]})
+    gap = gap_at_compute(table)[4]
+    half = 1.959964 * math.sqrt(0.03 ** 2 + 0.04 ** 2 + 0.03 ** 2 + 0.05 ** 2) / 2
+    assert gap["gap"] == pytest.approx(0.0) and gap["budgets"] == 2  # (-0.1 + 0.1) / 2; budget 3 has no r = 1
+    assert gap["ci"] == pytest.approx([-half, half], rel=1e-5)
+
+
+def test_accuracy_intervals():
+    assert wilson(0, 10)[0] == 0.0 and 0.2 < wilson(0, 10)[1] < 0.35  # 0 of 10 is not certainty
+    score, se = axis_score([50, 100], [100, 200])
+    assert score == 0.5 and se == pytest.approx(math.sqrt(0.5 * 0.5 / 100 + 0.5 * 0.5 / 200) / 2)  # p shrunk: 51/102, 101/202
+
+
+def test_evaluate_scores_a_real_sweeps_kept_models_on_the_probes_and_a_bundle_and_analyze_reads_them(tmp_path,
+                                                                                                       capsys):
+    import ray
+    from mlflow.tracking import MlflowClient
+
+    from loopscale import load_runs
+    from loopscale.analysis.downstream.report import downstream
+    from loopscale.analysis.store import trial_numbers
+    from loopscale.search import SweepSpec
+    from loopscale.search.cli import main
+
+    path = write_spec(tmp_path, objective="train", budgets=[4e9], recurrences=[1, 2], trials_per_cell=1,
+                      sampler="grid", val_tokens=2048, data={"source": "kjv", "probe_share": 0.2},
+                      recipe={"log_every": 2}, widths={"s_min": 2, "s_max": 2}, resources={"checkpoint_s": 0})
+    spec = SweepSpec.from_toml(path)
+    uri = spec.placement.tracking_uri
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        assert main(["search", str(path)]) == 0
+    finally:
+        ray.shutdown()
+    capsys.readouterr()
+    assert main(["evaluate", spec.name, "--tasks", "probes", "--r", "4", "--tracking-uri", uri, "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "axis scores (mean task accuracy, 95% interval over items):" in out and "variables_code_d1" in out
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(spec.name).experiment_id],
+                              "tags.`loopscale.kind` = 'trial'")
+    for run in runs:
+        numbers = trial_numbers(run)
+        r = int(run.data.params["r"])
+        for k in (r, 4):
+            assert 0 <= numbers[f"task.brackets_r{k}"] <= 1 and numbers["task.brackets_n"] == 200
+            assert 0 <= numbers[f"axis.reasoning_primitives_r{k}"] <= 1 and numbers[f"val_loss_r{k}"] > 0
+            assert 0 < numbers[f"axis.reasoning_primitives_r{k}_se"] < 0.1
+        assert numbers["axis.reasoning_primitives_chance"] == pytest.approx((4 * 0.2 + 0.125) / 5)
+
+    bundle = write_bundle(tmp_path)
+    assert main(["evaluate", spec.name, "--tasks", str(bundle), "--tracking-uri", uri]) == 0
+    numbers = trial_numbers(client.get_run(runs[0].info.run_id))
+    assert {"task.sky_r1", "task.wino_r1", "task.count_r1"} & set(numbers) or "task.sky_r2" in numbers
+    assert "axis.reasoning_primitives_r4" in numbers  # the earlier task set's numbers stay
+
+    table = load_runs(spec.name, uri)
+    result = downstream(table)
+    assert set(result.scores["axis"]) >= {"parametric_knowledge", "reasoning_primitives", "language"}
+    summary = result.summary()["reasoning_primitives"]
+    assert summary["reference_r"] == 1 and set(summary["gap_at_compute"]) == {"2"}
+    assert summary["gap_at_compute"]["2"]["ci"][0] < summary["gap_at_compute"]["2"]["gap"]
+    assert summary["shift_at_loss"] == {} and summary["verdict"].startswith(
+        "at equal loss on reasoning primitives: not tested (2 models with a loss")
+
+    out_dir = tmp_path / "analysis"
+    assert main(["analyze", "--experiment", spec.name, "--tracking-uri", uri, "--out", str(out_dir),
+                 "--n-bootstrap", "0"]) in (0, 1)
+    written = json.loads((out_dir / "summary.json").read_text())
+    assert written["downstream"]["reasoning_primitives"]["verdict"] == summary["verdict"]
+    assert (out_dir / "tables" / "downstream_axes.csv").is_file() and (out_dir / "plots" / "downstream.png").is_file()
+
+    assert main(["evaluate", spec.name, "--tasks", "probes:x", "--tracking-uri", uri]) == 2
+    assert "--tasks 'probes:x': the probes' seed must be a whole number" in capsys.readouterr().err
+    assert main(["evaluate", spec.name, "--tasks", str(tmp_path / "none.yaml"), "--tracking-uri", uri]) == 2
+    assert main(["evaluate", spec.name, "--tracking-uri", uri]) == 2
+    assert "evaluate needs --r" in capsys.readouterr().err
