@@ -69,7 +69,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
 
     from loopscale.model import runtime
     from loopscale.objectives.tasks.scoring import score_task
-    from loopscale.objectives.tasks.tokens import trial_tokenizer
+    from loopscale.objectives.tasks.tokens import trial_codec
 
     from .evaluate import kept_runs
     from .models import load_model
@@ -82,7 +82,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
     done = []
     for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
         model = load_model(run, uri)
-        encode, separator = trial_tokenizer(model.trial)  # a sweep's models share their data: the first refuses
+        codec = trial_codec(model.trial)  # a sweep's models share their data: the first one refuses
         entry = Scored(run.info.run_id, run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""),
                        model.trial.r)
         numbers: dict[str, float] = {}
@@ -94,7 +94,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
                 continue
             correct = {}
             for task in tasks:
-                marks = score_task(module, task, encode, separator, model.config.seq_len, target)
+                marks = score_task(module, task, codec.encode, codec.separator, model.config.seq_len, target)
                 correct[task.label] = (sum(marks), len(marks))
             values, entry.axes[r] = axis_numbers(tasks, correct, r)
             entry.tasks[r] = correct
