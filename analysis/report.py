@@ -25,6 +25,7 @@ from .allocation import allocation_table, buildable, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .depth import depth_table, depth_text
+from .depth_curve import depth_curves
 from .downstream.report import Downstream, downstream
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
@@ -324,6 +325,9 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
     depth = depth_table(a.runs)
     if not depth.empty:
         tables["depth_eval"] = depth
+        curves = depth_curves(depth)
+        if not curves.empty:
+            tables["depth_curves"] = curves
     if not a.validation.empty:
         tables["validation"] = a.validation
     if a._has_downstream:

@@ -168,3 +168,18 @@ def test_analyze_reports_the_gap_at_compute_and_the_shift_at_loss_per_axis(tmp_p
     assert "at equal compute on parametric knowledge, against r = 1: r = 2 is " in text
     axes = pd.read_csv(out / "tables" / "downstream_axes.csv")
     assert len(axes) == 6 and (out / "plots" / "downstream.png").is_file()
+
+
+def test_the_depth_at_evaluation_curve_recovers_a_saturating_decay_and_where_it_flattens():
+    from loopscale.analysis.depth_curve import depth_curves
+
+    rows = []
+    for run_id, r, (l_inf, a, k) in (("a", 2, (1.8, 0.6, 0.5)), ("b", 4, (2.0, -0.3, 0.4))):
+        for r_eval in (1, 2, 4, 6, 8, 12, 16):
+            loss = l_inf + a * math.exp(-k * r_eval)
+            rows.append({"run_id": run_id, "budget_flops": 1e12, "r": r, "r_eval": r_eval, "val_loss_r_eval": loss})
+    curves = depth_curves(pd.DataFrame(rows)).set_index("run_id")
+    assert curves.loc["a", ["L_inf", "A", "k"]].tolist() == pytest.approx([1.8, 0.6, 0.5], rel=1e-4)
+    assert curves.loc["a", "points"] == 6 and curves.loc["a", "r_flat"] == pytest.approx(math.log(60) / 0.5, rel=1e-4)
+    assert curves.loc["b", "A"] < 0 and math.isnan(curves.loc["b", "r_flat"])  # looping past training hurts
+    assert depth_curves(pd.DataFrame(rows[:3])).empty  # too few r_eval at or above the trained r
