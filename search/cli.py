@@ -302,12 +302,12 @@ def _status(args: argparse.Namespace) -> int:
 
 def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "evaluate", help="evaluate a sweep's kept models at other recurrence counts; logs val_loss_r<k> to their runs",
+        "evaluate", help="evaluate a sweep's kept models at other recurrence counts (val_loss_r<k>), or on tasks",
         description="Reload every kept model of the sweep ([resources] keep_models), run its trained shared block "
                     "r_eval times for each r_eval of --r, measure the loss on the sweep's validation rows exactly "
                     "as its trial did, and log it to the trial's run as val_loss_r<r_eval>; `loopscale analyze` "
-                    "then plots loss against r_eval per cell. An architecture that cannot run an r says so in "
-                    "one line.")
+                    "then plots loss against r_eval per cell. With --tasks, also score each model on downstream "
+                    "tasks per task and axis. An architecture that cannot run an r says so in one line.")
     p.add_argument("experiment", help="the sweep's name (its MLflow experiment)")
     p.add_argument("--r", dest="recurrences", metavar="R1,R2,...",
                    help="recurrence counts to evaluate at, e.g. 1,2,4,8,16 (required without --tasks)")
@@ -358,6 +358,9 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
                     "finished one.")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.add_argument("--evaluate", action="store_true",
+                   help="score the kept models on the built-in probes before the analysis, which then compares the "
+                        "r's per axis at matched compute and loss (docs/downstream.md)")
     p.add_argument("--validate", action="store_true",
                    help="end the sweep with a validation rung per r at twice its largest budget: the law's "
                         "compute-optimal model trained there against its prediction (`loopscale plan demo --set "
@@ -368,7 +371,7 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.tracking_uri, args.verbose, args.validate)
+    return run_demo(args.tracking_uri, args.verbose, args.validate, args.evaluate)
 
 
 def build_parser() -> argparse.ArgumentParser:
