@@ -267,7 +267,7 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     if not analysis.validation.empty and not mismatch:
         analysis.validation_band = validation.band(suite.joint, analysis.validation, used["budget_flops"],
                                                    template=template, batch_tokens=batch_tokens)
-    analysis.downstream = downstream(runs, options.confidence)
+    analysis.downstream = downstream(runs, options.confidence, options.stage)
     analysis.tables = _tables(analysis)
     return analysis
 

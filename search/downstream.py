@@ -32,7 +32,7 @@ def load_tasks(spec: str) -> list[Task]:
 
 
 @dataclass
-class Scored:
+class ModelScores:
     """One kept model's scores: per r, each task's (correct, items) and each axis' (score, se); why not at an r."""
 
     run_id: str
@@ -61,7 +61,7 @@ def axis_numbers(tasks: list[Task], correct: dict[str, tuple[int, int]], r: int)
 
 
 def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_uri: str | None = None,
-                   device: str = "cpu", threads: int = 0) -> tuple[list[Task], list[Scored]]:
+                   device: str = "cpu", threads: int = 0) -> tuple[list[Task], list[ModelScores]]:
     """Score every kept model of ``experiment`` on the tasks of ``spec`` at its trained r and each of
     ``recurrences``, and add the numbers to its run (module docstring)."""
     import torch
@@ -83,7 +83,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
     for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
         model = load_model(run, uri)
         codec = trial_codec(model.trial)  # a sweep's models share their data: the first one refuses
-        entry = Scored(run.info.run_id, run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""),
+        entry = ModelScores(run.info.run_id, run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""),
                        model.trial.r)
         numbers: dict[str, float] = {}
         for r in dict.fromkeys([model.trial.r, *recurrences]):
@@ -104,7 +104,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
     return tasks, done
 
 
-def render(tasks: list[Task], scored: list[Scored], confidence: float = 0.95) -> list[str]:
+def render(tasks: list[Task], scored: list[ModelScores], confidence: float = 0.95) -> list[str]:
     """Two tables: each model's axis scores at each r with their interval over items, then each task's accuracy
     with its Wilson interval."""
     axes = sorted({t.axis for t in tasks})
@@ -119,7 +119,7 @@ def render(tasks: list[Task], scored: list[Scored], confidence: float = 0.95) ->
                 lo, hi = normal_interval(score, se, confidence)
                 cells.append(f"{score:.3f} [{max(lo, 0):.2f},{min(hi, 1):.2f}]".rjust(22))
             lines.append(f"{s.name[:28]:<28} {s.r:>2} {r:>6} " + " ".join(cells))
-    lines += ["", f"task accuracy ({pct} Wilson interval; chance in brackets after the label):",
+    lines += ["", f"task accuracy ({pct} Wilson interval; the task's chance after its label):",
               f"{'task':<28} {'run':<28} {'r_eval':>6} {'acc':>6} {'interval':>15}"]
     for task in tasks:
         for s in scored:
@@ -131,5 +131,5 @@ def render(tasks: list[Task], scored: list[Scored], confidence: float = 0.95) ->
     return lines
 
 
-def refusals(scored: list[Scored]) -> list[str]:
+def refusals(scored: list[ModelScores]) -> list[str]:
     return [f"{s.name}: {reason}" for s in scored for reason in s.refused.values()]

@@ -23,6 +23,10 @@ class Downstream:
     confidence: float = 0.95
     gaps: dict[str, dict[int, dict]] = field(default_factory=dict)
     curves: dict[str, LossCurve | None] = field(default_factory=dict)
+    trained: dict[str, pd.DataFrame] = field(default_factory=dict)  # per axis, the rows the gaps and curves use
+
+    def _reference(self, axis: str) -> int:
+        return reference_r(self.trained[axis])
 
     @property
     def empty(self) -> bool:
@@ -36,7 +40,7 @@ class Downstream:
             curve = self.curves[axis]
             shifts = {} if curve is None else {str(r): {"shift": s.shift, "ci": list(s.ci), "dof": s.dof,
                                                         "verdict": s.verdict} for r, s in curve.shifts.items()}
-            out[axis] = {"reference_r": reference_r(at_trained_r(self.scores[self.scores["axis"] == axis])),
+            out[axis] = {"reference_r": self._reference(axis),
                          "gap_at_compute": {str(r): g for r, g in self.gaps[axis].items()},
                          "shift_at_loss": shifts, "verdict": self.verdict(axis)}
         return out
@@ -45,7 +49,7 @@ class Downstream:
         """One line: the shift of each r at equal loss, with its interval and what it says."""
         curve, name, pct = self.curves[axis], axis.replace("_", " "), f"{100 * self.confidence:.0f}%"
         if curve is None:
-            models = len(at_trained_r(self.scores[self.scores["axis"] == axis]))
+            models = len(self.trained[axis])
             return (f"at equal loss on {name}: not tested ({models} models with a loss; the curve and one shift "
                     "per r need more)")
         parts = [f"r = {r} is {100 * s.shift:+.1f} points ({pct} CI {100 * s.ci[0]:+.1f} to {100 * s.ci[1]:+.1f}): "
@@ -57,7 +61,7 @@ class Downstream:
         pct = f"{100 * self.confidence:.0f}%"
         for axis, gaps in self.gaps.items():
             if gaps:
-                ref = reference_r(at_trained_r(self.scores[self.scores["axis"] == axis]))
+                ref = self._reference(axis)
                 out.append(f"at equal compute on {axis.replace('_', ' ')}, against r = {ref}: " + "; ".join(
                     f"r = {r} is {100 * g['gap']:+.1f} points ({pct} CI {100 * g['ci'][0]:+.1f} to "
                     f"{100 * g['ci'][1]:+.1f}, {g['budgets']} budgets)" for r, g in gaps.items()))
@@ -97,7 +101,7 @@ class Downstream:
         FigureCanvasAgg(fig)
         grid = fig.subplots(len(axes_names), 2, squeeze=False)
         for row, axis in enumerate(axes_names):
-            trained = at_trained_r(self.scores[self.scores["axis"] == axis])
+            trained = self.trained[axis]
             by_compute, by_loss = grid[row]
             curve = self.curves[axis]
             for r, group in trained.groupby("r"):
@@ -115,14 +119,16 @@ class Downstream:
         return fig
 
 
-def downstream(runs: pd.DataFrame, confidence: float = 0.95) -> Downstream:
-    """The downstream results of ``runs`` (module docstring)."""
+def downstream(runs: pd.DataFrame, confidence: float = 0.95, stage: str | None = "search") -> Downstream:
+    """The downstream results of ``runs`` (module docstring); the gaps and curves from the models of ``stage``
+    (None: every stage), as the law's fit takes its runs; ``scores`` lists every stage's."""
     scores = score_table(runs)
     result = Downstream(scores=scores, confidence=confidence)
     for axis, group in scores.groupby("axis", sort=True):
-        trained = at_trained_r(group)
+        trained = at_trained_r(group if stage is None else group[group["stage"] == stage])
         if trained.empty:
             continue
+        result.trained[axis] = trained
         result.gaps[axis] = gap_at_compute(trained, confidence)
         result.curves[axis] = fit_loss_curve(trained, confidence)
     return result
