@@ -183,3 +183,19 @@ def test_the_depth_at_evaluation_curve_recovers_a_saturating_decay_and_where_it_
     assert curves.loc["a", "points"] == 6 and curves.loc["a", "r_flat"] == pytest.approx(math.log(60) / 0.5, rel=1e-4)
     assert curves.loc["b", "A"] < 0 and math.isnan(curves.loc["b", "r_flat"])  # looping past training hurts
     assert depth_curves(pd.DataFrame(rows[:3])).empty  # too few r_eval at or above the trained r
+
+
+def test_an_axis_every_model_scores_the_same_on_is_not_tested():
+    from loopscale.analysis.downstream.report import downstream
+
+    rng = np.random.default_rng(4)
+    runs = simulated_axis(rng).rename(columns={"loss": "val_loss", "score": "axis.math_word_problems_r0"})
+    runs = runs.assign(run_id=[f"m{i}" for i in range(len(runs))], stage="search", status="ok", width=16.0)
+    for r in (1, 2, 4):  # the scores at each model's own r; all 0, as exact-match arithmetic gives a toy model
+        runs[f"axis.math_word_problems_r{r}"] = np.where(runs["r"] == r, 0.0, np.nan)
+        runs[f"axis.math_word_problems_r{r}_se"] = 0.0
+    runs["axis.math_word_problems_chance"] = 0.0
+    result = downstream(runs.drop(columns=["axis.math_word_problems_r0", "se", "chance"]))
+    assert result.curves["math_word_problems"] is None
+    assert result.verdict("math_word_problems") == "at equal loss on math word problems: not tested (every model " \
+                                                   "scored 0.000)"

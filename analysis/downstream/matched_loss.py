@@ -13,7 +13,8 @@ McCullagh & Nelder 1989, ch. 9), which the models themselves estimate, so it abs
 that items do not explain (training seeds, a curve not quite sigmoid); the interval is delta_r +- t_{dof} se,
 and the verdict reads from it, so the two cannot disagree: an interval
 excluding 0 says r moves accuracy more (or less) than its loss predicts, one holding 0 cannot tell from none.
-With fewer models than parameters + 1 there is no test, and the verdict says so.
+With fewer models than parameters + 1, or scores all alike (every model at 0, say), there is no test, and the
+verdict says so.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class LossCurve:
 
 
 def fit_loss_curve(trained: pd.DataFrame, confidence: float = 0.95) -> LossCurve | None:
-    """The curve of one axis from its models at their trained r (module docstring); None when the models are too
-    few to test a shift (models <= parameters)."""
+    """The curve of one axis from its models at their trained r (module docstring); None when there is no test
+    (models <= parameters, or every model scored the same)."""
     ref = reference_r(trained)
     others = sorted(int(r) for r in trained["r"].unique() if r != ref)
     loss, score = trained["loss"].to_numpy(float), trained["score"].to_numpy(float)
@@ -79,7 +80,7 @@ def fit_loss_curve(trained: pd.DataFrame, confidence: float = 0.95) -> LossCurve
     chance = float(np.nanmean(trained["chance"])) if trained["chance"].notna().any() else 0.0
     design = np.array([[float(r == o) for o in others] for r in trained["r"]]).reshape(len(trained), len(others))
     dof = len(trained) - 2 - len(others)
-    if dof < 1:
+    if dof < 1 or np.ptp(score) == 0:  # too few models, or all alike (every one at 0, say): nothing to weigh
         return None
     centre = float(loss.mean())
 
