@@ -54,6 +54,8 @@ class LoopscaleLM(LM):
             kept = load_model(str(run), tracking_uri)
         self.kept, self.r = kept, int(r) if r is not None else kept.trial.r
         self.target = runtime.pick_device(device or "cpu")
+        if self.target.type == "cuda" and not torch.cuda.is_available():  # the harness' default device
+            raise ValueError("loopscale: no CUDA device here; pass --device cpu")
         self.module = kept.at(self.r).to(self.target)
         self.codec = trial_codec(kept.trial)
         self.seq_len = kept.config.seq_len
