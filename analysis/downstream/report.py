@@ -50,10 +50,10 @@ class Downstream:
         curve, name, pct = self.curves[axis], axis.replace("_", " "), f"{100 * self.confidence:.0f}%"
         if curve is None:
             trained = self.trained[axis]
-            if trained["score"].nunique() == 1:
-                return f"at equal loss on {name}: not tested (every model scored {trained['score'].iloc[0]:.3f})"
-            return (f"at equal loss on {name}: not tested ({len(trained)} models with a loss; the curve and one "
-                    "shift per r need more)")
+            if len(trained) - 1 - trained["r"].nunique() < 1:  # no dof left: analysis/downstream/matched_loss.py
+                return (f"at equal loss on {name}: not tested ({len(trained)} models with a loss; the curve and "
+                        "one shift per r need more)")
+            return f"at equal loss on {name}: not tested (every model scored {trained['score'].iloc[0]:.3f})"
         parts = [f"r = {r} is {100 * s.shift:+.1f} points ({pct} CI {100 * s.ci[0]:+.1f} to {100 * s.ci[1]:+.1f}): "
                  f"{s.verdict}" for r, s in curve.shifts.items()]
         return f"at equal loss on {name}, against r = {curve.reference}: " + "; ".join(parts)

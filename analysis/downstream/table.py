@@ -34,7 +34,7 @@ def score_table(runs: pd.DataFrame) -> pd.DataFrame:
             loss = row["val_loss"] if int(row["r"]) == r_eval else row.get(eval_column(r_eval), np.nan)
             spent = row.get("flops_spent", np.nan)
             rows.append({"run_id": row["run_id"], "stage": row["stage"], "budget_flops": row["budget_flops"],
-                         "r": int(row["r"]), "width": row["width"],
+                         "r": int(row["r"]), "width": row.get("width", np.nan),
                          "flops": float(spent) if pd.notna(spent) else float(row["budget_flops"]),
                          "r_eval": r_eval, "axis": axis, "score": float(scores[index]),
                          "se": float(row.get(axis_se(axis, r_eval), np.nan)),
