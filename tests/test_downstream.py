@@ -73,7 +73,8 @@ def test_the_gap_at_matched_compute_is_the_mean_difference_over_shared_budgets()
 def test_accuracy_intervals():
     assert wilson(0, 10)[0] == 0.0 and 0.2 < wilson(0, 10)[1] < 0.35  # 0 of 10 is not certainty
     score, se = axis_score([50, 100], [100, 200])
-    assert score == 0.5 and se == pytest.approx(math.sqrt(0.5 * 0.5 / 100 + 0.5 * 0.5 / 200) / 2)  # p shrunk: 51/102, 101/202
+    # p shrunk to 51/102 and 101/202: both 1/2
+    assert score == 0.5 and se == pytest.approx(math.sqrt(0.5 * 0.5 / 100 + 0.5 * 0.5 / 200) / 2)
 
 
 def test_evaluate_scores_a_real_sweeps_kept_models_on_the_probes_and_a_bundle_and_analyze_reads_them(tmp_path,

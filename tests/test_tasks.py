@@ -81,7 +81,8 @@ def test_a_bundle_in_dclm_and_nanochats_spelling_loads_with_its_meta_baselines(t
     ("tasks:\n- label: t\n  dataset_uri: world/none.jsonl\n  task_type: schema\n", "no such file"),
     ("tasks:\n- label: t\n  dataset_uri: world/sky.jsonl\n  task_type: multiple_choice\n  num_fewshot: 3\n",
      "num_fewshot 3 needs more than 3 items"),
-    ("tasks:\n- label: t\n  datset_uri: world/sky.jsonl\n", r"unknown key 'datset_uri' \(did you mean 'dataset_uri'\?\)"),
+    ("tasks:\n- label: t\n  datset_uri: world/sky.jsonl\n",
+     r"unknown key 'datset_uri' \(did you mean 'dataset_uri'\?\)"),
     ("tasks: []\n", "lists its tasks under 'tasks:'"),
 ])
 def test_a_bad_bundle_is_one_line_naming_the_task(tmp_path, yaml_text, message):
@@ -160,9 +161,11 @@ def test_scoring_equals_a_hand_computation_for_each_task_type_with_few_shot(tmp_
         assert losses == pytest.approx(ces, rel=1e-6)
     assert score_task(model, schema, encode, 0, 512) == expected
     # language modeling: "<example context, stripped> => <its continuation>\n\n<context> =>" then greedy bytes
-    expected = [hand_greedy(table, f"{LM[shot(i)]['context'].strip()} => {LM[shot(i)]['continuation']}\n\n"
-                                   f"{item['context'].strip()} => {item['continuation']}", len(item["continuation"]) + 1)
-                for i, item in enumerate(LM)]
+    expected = []
+    for i, item in enumerate(LM):
+        head = f"{LM[shot(i)]['context'].strip()} => {LM[shot(i)]['continuation']}\n\n"
+        expected.append(hand_greedy(table, f"{head}{item['context'].strip()} => {item['continuation']}",
+                                    len(item["continuation"]) + 1))
     assert score_task(model, lm, encode, 0, 512) == expected
     assert expected == [True, False, False]  # the table makes " three" greedy; row " " prefers t to c and z
     assert centered(0.75, 0.5) == 0.5 and centered(0.5, 0.5) == 0.0

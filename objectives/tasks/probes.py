@@ -1,8 +1,9 @@
 """The built-in probes: tasks on the paper's five axes, generated from a seed, and the documents that teach them.
 
 ``probe_tasks(seed)`` gives the same tasks for the same seed, on any machine (``random.Random`` seeded by a
-string), without a download. Each is sized (``ITEMS`` items) so a CPU model's accuracy has an interval of about
-+-7 points, and short enough for a byte-level model's context of 128:
+string), without a download. Each holds ``ITEMS`` items (the knowledge tasks one per person of the world), so a
+task's accuracy has a 95% interval of about +-6 points (+-9 for the knowledge tasks), and is short enough for a
+byte-level model's context of 128:
 
     axis                     task                 type               what an item asks (chance)
     parametric_knowledge     knowledge_city       multiple_choice    "<person> lives in" -> their city (1/4)
