@@ -201,3 +201,29 @@ def test_an_axis_every_model_scores_the_same_on_is_not_tested():
     assert result.curves["math_word_problems"] is None
     assert result.verdict("math_word_problems") == "at equal loss on math word problems: not tested (every model " \
                                                    "scored 0.000)"
+
+
+def test_two_designs_at_matched_loss_find_a_planted_difference_and_not_one_where_there_is_none():
+    from loopscale.analysis.downstream.columns import axis_chance, axis_column, axis_se
+    from loopscale.analysis.downstream.designs import design_lines
+
+    def sweep(rng, planted):
+        table = simulated_axis(rng)
+        if planted:  # design B: the same curve in loss, shifted by ``planted`` at every r
+            table["score"] = table["score"] + planted
+        runs = pd.DataFrame({"run_id": [f"m{i}" for i in range(len(table))], "stage": "search", "status": "ok",
+                             "r": table["r"], "budget_flops": table["budget_flops"], "width": 16.0,
+                             "val_loss": table["loss"]})
+        for r in (1, 2, 4):
+            mine = table["r"] == r
+            runs[axis_column("reasoning_primitives", r)] = np.where(mine, table["score"], np.nan)
+            runs[axis_se("reasoning_primitives", r)] = np.where(mine, table["se"], np.nan)
+        runs[axis_chance("reasoning_primitives")] = CHANCE
+        return runs
+
+    rng = np.random.default_rng(6)
+    [line] = design_lines(sweep(rng, 0.0), sweep(rng, 0.12), "base", "mine")
+    assert line.startswith("at equal loss on reasoning primitives, mine - base = +1") and line.endswith(
+        "more than its loss predicts")
+    verdicts = [design_lines(sweep(rng, 0.0), sweep(rng, 0.0), "a", "b")[0].rsplit(": ", 1)[1] for _ in range(40)]
+    assert verdicts.count("cannot tell from none") >= 34  # about 5% of 40 may fall outside by chance

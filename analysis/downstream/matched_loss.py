@@ -36,9 +36,10 @@ STARTS = (-8.0, 0.0, 8.0)  # slopes v (per nat) the fit starts from; the best en
 
 @dataclass(frozen=True)
 class Shift:
-    """delta_r at matched loss (a fraction), its interval, the fit's dof, and its verdict clause."""
+    """delta at matched loss of one ``level`` (an r, or a design) against the reference (a fraction), its
+    interval, the fit's dof, and its verdict clause."""
 
-    r: int
+    level: int
     shift: float
     ci: tuple[float, float]
     dof: int
@@ -54,7 +55,8 @@ class Shift:
 
 @dataclass(frozen=True)
 class LossCurve:
-    """The fitted curve of one axis: chance, the sigmoid's u, v and centre Lbar, the shifts and the reference."""
+    """The fitted curve of one axis: chance, the sigmoid's u, v and centre Lbar, the shifts and the reference
+    level."""
 
     chance: float
     u: float
@@ -70,15 +72,16 @@ class LossCurve:
         return self.chance + (1 - self.chance) * expit(self.u + self.v * (np.asarray(loss) - self.centre)) + delta
 
 
-def fit_loss_curve(trained: pd.DataFrame, confidence: float = 0.95) -> LossCurve | None:
-    """The curve of one axis from its models at their trained r (module docstring); None when there is no test
-    (models <= parameters, or every model scored the same)."""
-    ref = reference_r(trained)
-    others = sorted(int(r) for r in trained["r"].unique() if r != ref)
+def fit_loss_curve(trained: pd.DataFrame, confidence: float = 0.95, by: str = "r") -> LossCurve | None:
+    """The curve of one axis from its models at their trained r (module docstring), with a shift per value of the
+    column ``by`` (r; or a design, analysis/downstream/designs.py) but its reference (r: ``reference_r``; else the
+    smallest); None when there is no test (models <= parameters, or every model scored the same)."""
+    ref = reference_r(trained) if by == "r" else int(trained[by].min())
+    others = sorted(int(r) for r in trained[by].unique() if r != ref)
     loss, score = trained["loss"].to_numpy(float), trained["score"].to_numpy(float)
     sigma = np.maximum(trained["se"].fillna(SE_FLOOR).to_numpy(float), SE_FLOOR)
     chance = float(np.nanmean(trained["chance"])) if trained["chance"].notna().any() else 0.0
-    design = np.array([[float(r == o) for o in others] for r in trained["r"]]).reshape(len(trained), len(others))
+    design = np.array([[float(r == o) for o in others] for r in trained[by]]).reshape(len(trained), len(others))
     dof = len(trained) - 2 - len(others)
     if dof < 1 or np.ptp(score) == 0:  # too few models, or all alike (every one at 0, say): nothing to weigh
         return None
@@ -99,6 +102,6 @@ def fit_loss_curve(trained: pd.DataFrame, confidence: float = 0.95) -> LossCurve
     shifts = {}
     for k, r in enumerate(others):
         delta, se = float(best.x[2 + k]), math.sqrt(max(cov[2 + k, 2 + k], 0.0))
-        shifts[r] = Shift(r=r, shift=delta, ci=(delta - quantile * se, delta + quantile * se), dof=dof)
+        shifts[r] = Shift(level=r, shift=delta, ci=(delta - quantile * se, delta + quantile * se), dof=dof)
     return LossCurve(chance=chance, u=float(best.x[0]), v=float(best.x[1]), centre=centre, shifts=shifts,
                      reference=ref, models=len(trained))
