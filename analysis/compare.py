@@ -23,6 +23,7 @@ from . import numbers
 from .borrow import borrow_refusal, budget_keys, with_borrowed_r1
 from .cell_evidence import evidence_text, matched_cells
 from .delta import SharedBase, fit_shared_base
+from .downstream.designs import design_lines
 from .fit import fit_joint_law
 from .fit_types import FitStatus, LawFit
 from .identify import status_label
@@ -46,6 +47,7 @@ class Comparison:
     excluded: tuple[str, str]  # per sweep, the runs left out and why, in words
     options: FitOptions = DEFAULT_FIT_OPTIONS
     spec_notes: tuple[str, ...] = ()  # the spec keys that differ and the differences that cannot act
+    downstream: tuple[str, ...] = ()  # per axis both scored, B against A at matched loss (downstream/designs.py)
 
     @property
     def delta(self) -> float:
@@ -72,6 +74,7 @@ class Comparison:
                          f"{self.shared.phi_b:.3f}")
         lines += evidence_text(self.cells, self.name_a, self.name_b, self.options.confidence)
         lines.append(self.verdict)
+        lines += list(self.downstream)
         lines += list(self.spec_notes)
         return "\n".join(lines)
 
@@ -113,7 +116,8 @@ def compare_runs(runs_a: pd.DataFrame, runs_b: pd.DataFrame, *, name_a: str = "A
                       shared_note=shared_note, cells=cells, budgets=budgets, borrow_notes=(note_a, note_b),
                       verdict=verdict(name_a, name_b, fit_a, fit_b, shared),
                       excluded=(excluded_text(runs_a, options.stage), excluded_text(runs_b, options.stage)),
-                      options=options)
+                      options=options, downstream=tuple(design_lines(runs_a, runs_b, name_a, name_b,
+                                                                     options.confidence, options.stage)))
 
 
 def excluded_text(runs: pd.DataFrame, stage: str | None) -> str:

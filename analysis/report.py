@@ -25,6 +25,8 @@ from .allocation import allocation_table, buildable, r1_not_run, readable
 from .backtest import Backtest, backtest
 from .compare import excluded_text
 from .depth import depth_table, depth_text
+from .depth_curve import depth_curves
+from .downstream.report import Downstream, downstream
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
@@ -69,6 +71,7 @@ class Analysis:
     validation_band: pd.DataFrame | None = None
     calibration: dict[str, Any] | None = None  # the sweep's recorded calibration choice (analysis/calibration.py)
     rate_sensitivity: dict[str, Any] | None = None  # phi at other rates, where the sweep ran it (rate_sensitivity.py)
+    downstream: Downstream | None = None  # kept models' downstream scores (analysis/downstream/), when they have any
 
     @property
     def used(self) -> pd.DataFrame:
@@ -95,7 +98,12 @@ class Analysis:
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
             "validation": self.validation.to_dict(orient="records"),
             "calibration": self.calibration,
+            **({"downstream": self.downstream.summary()} if self._has_downstream else {}),
         }
+
+    @property
+    def _has_downstream(self) -> bool:
+        return self.downstream is not None and not self.downstream.empty
 
     def _joint_record(self) -> dict[str, Any]:
         """The joint fit's record, with phi at other rates where the sweep trained them."""
@@ -132,6 +140,7 @@ class Analysis:
         depth = self.tables.get("depth_eval", pd.DataFrame())
         if not depth.empty:
             lines.append(depth_text(depth))
+        lines += self.downstream.lines() if self._has_downstream else []
         lines += validation.lines(self.validation, joint.confidence)
         if self.calibration:
             lines.append(self.calibration["line"])
@@ -198,6 +207,8 @@ class Analysis:
             figures["loss_vs_r_eval"] = depth_figure(self.tables["depth_eval"])
         if self.validation_band is not None:
             figures["validation"] = validation_figure(self.validation_band, self.optima, self.validation)
+        if self._has_downstream:
+            figures["downstream"] = self.downstream.figure()
         return figures
 
     def mlflow_record(self) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
@@ -222,6 +233,7 @@ class Analysis:
             if len(errors):
                 metrics["backtest_loss_error_mean_abs"] = float(errors.abs().mean())
         metrics.update(validation.mlflow_metrics(self.validation))
+        metrics.update(self.downstream.mlflow_metrics() if self._has_downstream else {})
         params = {"data": self.options.data, "stage": self.options.stage, "n_starts": self.options.n_starts,
                   "n_bootstrap": self.options.n_bootstrap, "interval": joint.interval, "seed": self.options.seed,
                   "delta": self.options.delta, "template": self.template_note}
@@ -276,6 +288,7 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
     if not analysis.validation.empty and not mismatch:
         analysis.validation_band = validation.band(suite.joint, analysis.validation, used["budget_flops"],
                                                    template=template, batch_tokens=batch_tokens)
+    analysis.downstream = downstream(runs, options.confidence, options.stage)
     analysis.tables = _tables(analysis)
     return analysis
 
@@ -333,8 +346,13 @@ def _tables(a: Analysis) -> dict[str, pd.DataFrame]:
     depth = depth_table(a.runs)
     if not depth.empty:
         tables["depth_eval"] = depth
+        curves = depth_curves(depth)
+        if not curves.empty:
+            tables["depth_curves"] = curves
     if not a.validation.empty:
         tables["validation"] = a.validation
+    if a._has_downstream:
+        tables.update(a.downstream.tables())
     return tables
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, ViewType
 from mlflow.tracking import MlflowClient
 
+from .downstream.columns import DOWNSTREAM_COLUMN
 from .store import (BRANCH_COLUMN, CALIBRATION_TAG, EVAL_COLUMN, KIND_TAG, NUMBERS_TAG, SUPPRESS_URLS, DamagedNumbers,
                     check_store, iter_runs, redact, resolve_tracking_uri, runs_query, trial_numbers)
 
@@ -154,6 +155,7 @@ def _row(run, experiment: str, numbers: dict[str, float] | None) -> dict[str, An
     row.update({k: v for k, v in params.items() if k.startswith("template.")})
     row.update({k: v for k, v in metrics.items() if BRANCH_COLUMN.match(k)})  # warmdown branches (runs.py)
     row.update({k: v for k, v in metrics.items() if EVAL_COLUMN.match(k)})  # evaluations at other r (depth.py)
+    row.update({k: v for k, v in metrics.items() if DOWNSTREAM_COLUMN.match(k)})  # task scores (downstream/)
     return row
 
 

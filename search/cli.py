@@ -302,15 +302,19 @@ def _status(args: argparse.Namespace) -> int:
 
 def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "evaluate", help="evaluate a sweep's kept models at other recurrence counts; logs val_loss_r<k> to their runs",
+        "evaluate", help="evaluate a sweep's kept models at other recurrence counts (val_loss_r<k>), or on tasks",
         description="Reload every kept model of the sweep ([resources] keep_models), run its trained shared block "
                     "r_eval times for each r_eval of --r, measure the loss on the sweep's validation rows exactly "
                     "as its trial did, and log it to the trial's run as val_loss_r<r_eval>; `loopscale analyze` "
-                    "then plots loss against r_eval per cell. An architecture that cannot run an r says so in "
-                    "one line.")
+                    "then plots loss against r_eval per cell. With --tasks, also score each model on downstream "
+                    "tasks per task and axis. An architecture that cannot run an r says so in one line.")
     p.add_argument("experiment", help="the sweep's name (its MLflow experiment)")
-    p.add_argument("--r", required=True, dest="recurrences", metavar="R1,R2,...",
-                   help="recurrence counts to evaluate at, e.g. 1,2,4,8,16")
+    p.add_argument("--r", dest="recurrences", metavar="R1,R2,...",
+                   help="recurrence counts to evaluate at, e.g. 1,2,4,8,16 (required without --tasks)")
+    p.add_argument("--tasks", metavar="SPEC",
+                   help="also score each model on downstream tasks, at its trained r and each --r: the built-in "
+                        "probes (probes, or probes:SEED) or a DCLM/CORE-style bundle YAML; logs task.<label>_r<k> "
+                        "and axis.<axis>_r<k> (docs/downstream.md)")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--device", default="cpu", help="torch device to evaluate on (default cpu; auto: CUDA if any)")
     p.add_argument("--threads", type=int, default=0,
@@ -322,13 +326,26 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_kept, parse_recurrences, refusals, render
 
-    recurrences = parse_recurrences(args.recurrences)
+    if args.recurrences is None and args.tasks is None:
+        raise ValueError("evaluate needs --r (recurrence counts to evaluate the loss at) or --tasks (downstream tasks)")
+    recurrences = parse_recurrences(args.recurrences) if args.recurrences is not None else []
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
-    evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
-    for line in refusals(evaluated):
-        print(f"loopscale: {line}", file=sys.stderr)
-    print("\n".join(render(evaluated, recurrences)))
+    if args.tasks is not None:
+        from . import downstream
+
+        downstream.load_tasks(args.tasks)  # a bad task set is one line before any evaluation
+    if recurrences:
+        evaluated = evaluate_kept(args.experiment, recurrences, args.tracking_uri, args.device, args.threads)
+        for line in refusals(evaluated):
+            print(f"loopscale: {line}", file=sys.stderr)
+        print("\n".join(render(evaluated, recurrences)))
+    if args.tasks is not None:
+        tasks, scored = downstream.evaluate_tasks(args.experiment, args.tasks, recurrences, args.tracking_uri,
+                                                  args.device, args.threads)
+        for line in downstream.refusals(scored) if not recurrences else []:  # else said with the losses
+            print(f"loopscale: {line}", file=sys.stderr)
+        print("\n".join(downstream.render(tasks, scored)))
     return 0
 
 
@@ -341,6 +358,9 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
                     "finished one.")
     p.add_argument("--tracking-uri", help=STORE_HELP)
     p.add_argument("--verbose", action="store_true", help="show Ray Tune's and Optuna's own logs")
+    p.add_argument("--evaluate", action="store_true",
+                   help="score the kept models on the built-in probes before the analysis, which then compares the "
+                        "r's per axis at matched compute and loss (docs/downstream.md)")
     p.add_argument("--validate", action="store_true",
                    help="end the sweep with a validation rung per r at twice its largest budget: the law's "
                         "compute-optimal model trained there against its prediction (`loopscale plan demo --set "
@@ -351,7 +371,7 @@ def add_demo(subparsers: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.tracking_uri, args.verbose, args.validate)
+    return run_demo(args.tracking_uri, args.verbose, args.validate, args.evaluate)
 
 
 def build_parser() -> argparse.ArgumentParser:

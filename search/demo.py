@@ -8,7 +8,8 @@ reuses it and only re-runs the analysis (replacing the previous analysis run in 
 ``loopscale demo --validate`` ends the sweep with a validation rung per r at ``RUNG_FACTOR`` x its largest budget
 (search/validate.py): the law's compute-optimal model trained there and compared with its prediction, which
 the analysis then reports. The rungs follow the sweep, so a finished demo run again with ``--validate`` trains
-only them.
+only them. ``loopscale demo --evaluate`` scores the kept models on the built-in probes before the analysis, which
+then reports them per axis and r (docs/downstream.md).
 """
 
 from __future__ import annotations
@@ -29,15 +30,21 @@ def demo_spec(tracking_uri: str | None = None, validate: bool = False) -> SweepS
     return SweepSpec.from_toml("demo", [f"validate.budgets=[{rung:g}]"], tracking_uri=tracking_uri)
 
 
-def run_demo(tracking_uri: str | None = None, verbose: bool = False, validate: bool = False) -> int:
-    """Search (resuming or reusing earlier state), with ``validate`` its rungs, analyse, and point at the
-    results."""
+def run_demo(tracking_uri: str | None = None, verbose: bool = False, validate: bool = False,
+             evaluate: bool = False) -> int:
+    """Search (resuming or reusing earlier state), with ``validate`` its rungs, with ``evaluate`` the kept models
+    scored on the built-in probes (search/downstream.py), analyse, and point at the results."""
     from loopscale.analysis.cli import analyze_experiment
 
     from .tune.driver import run_search  # imports Ray: only when the demo really runs
 
     spec = demo_spec(tracking_uri, validate)
     run_search(spec, resume=True, verbose=verbose)
+    if evaluate:
+        from . import downstream
+
+        print("\n".join(downstream.render(*downstream.evaluate_tasks(spec.name, downstream.BUILT_IN, [],
+                                                                     spec.placement.tracking_uri))))
 
     out = analyze_experiment(spec.name, spec.placement.tracking_uri)  # its summary ends with the buildable models
     print(f"\ntables: {out / 'tables'}\nplots:  {out / 'plots'}\n"

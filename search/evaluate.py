@@ -14,6 +14,7 @@ nothing imported or logged; a damaged one (truncated, unreadable) is one line na
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopscale.analysis.store import eval_column, numbers_tags
 from loopscale.objectives.trial import module_metrics
@@ -48,21 +49,16 @@ class Evaluated:
     damaged: str = ""
 
 
-def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
-                  device: str = "cpu", threads: int = 0) -> list[Evaluated]:
-    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
-    numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
-    evaluation, for an experiment without kept models, an architecture that no longer loads or a file that is not
-    its run's own."""
-    import torch
-    from mlflow.entities import RunTag
+def kept_runs(experiment: str, tracking_uri: str | None = None) -> tuple[Any, str, list[Any], dict[str, str]]:
+    """(client, store URI, the trial runs holding a kept model, those of them whose model file is damaged with
+    its one line) of ``experiment``; ValueError in one line, before any evaluation, for an experiment without kept
+    models, an architecture that no longer loads or (``models.ForeignModel``) a file that is not its run's own."""
     from mlflow.tracking import MlflowClient
 
     from loopscale.analysis.store import check_store, iter_runs, resolve_tracking_uri, runs_query
     from loopscale.model.architecture import factory
-    from loopscale.objectives.training import validation_loss
 
-    from .models import check_files, load_model
+    from .models import check_files
     from .tracking import KEPT_TAG
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -79,7 +75,23 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
         name = run.data.params.get("template.architecture")
         if name:
             factory(name)
-    damaged = check_files(client, kept)
+    return client, uri, kept, check_files(client, kept)
+
+
+def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
+                  device: str = "cpu", threads: int = 0) -> list[Evaluated]:
+    """Evaluate every kept model of ``experiment`` at each of ``recurrences`` and add the losses to its run's
+    numbers (module docstring), with ``threads`` torch threads (0: torch's default); ValueError in one line, before any
+    evaluation, for an experiment without kept models, an architecture that no longer loads or a file that is not
+    its run's own (``kept_runs``)."""
+    import torch
+    from mlflow.entities import RunTag
+
+    from loopscale.objectives.training import validation_loss
+
+    from .models import load_model
+
+    client, uri, kept, damaged = kept_runs(experiment, tracking_uri)
     if threads:
         torch.set_num_threads(threads)
     done = []

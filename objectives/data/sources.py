@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from ..tasks.probes import probe_documents
 from .spec import FILE_FORMATS, resolve_files
 from .synthetic import synthetic_documents, synthetic_params
 
@@ -40,10 +41,30 @@ def document_batches(data: dict[str, Any], hf_cache_dir: str) -> Iterator[list[s
         return
     with _quiet_datasets():
         dataset, field = _open_text_dataset(data, hf_cache_dir)
-        for batch in dataset.iter(batch_size=BATCH_DOCS):
-            if field not in batch:
-                raise ValueError(f"data.text_field: no column {field!r}; columns are {', '.join(batch)}")
-            yield [text for text in batch[field] if text]
+        batches = (_checked_texts(batch, field) for batch in dataset.iter(batch_size=BATCH_DOCS))
+        yield from (_with_probes(batches, data["probe_share"], data["probe_seed"]) if "probe_share" in data
+                    else batches)
+
+
+def _checked_texts(batch: dict[str, list], field: str) -> list[str]:
+    if field not in batch:
+        raise ValueError(f"data.text_field: no column {field!r}; columns are {', '.join(batch)}")
+    return [text for text in batch[field] if text]
+
+
+def _with_probes(batches: Iterator[list[str]], share: float, seed: int) -> Iterator[list[str]]:
+    """The source's documents with the probes' training documents (objectives/tasks/probes.py) between them, so
+    that after every n source documents, round(n share / (1 - share)) probe documents have come."""
+    probes, sources, mixed = probe_documents(seed), 0, 0
+    for batch in batches:
+        out = []
+        for text in batch:
+            out.append(text)
+            sources += 1
+            while mixed < round(sources * share / (1 - share)):
+                out.append(next(probes))
+                mixed += 1
+        yield out
 
 
 def kjv_chapters() -> list[str]:

@@ -23,6 +23,9 @@ same stream), ``max_tokens`` (cap on the training tokens cached; None = all, exc
 20M; the synthetic source sizes itself with ``tokens``). With ``tokenizer = "bpe"`` also ``tokenizer_vocab``
 (default 32,064, the template's; a sweep spec sets it to its template's vocabulary) and
 ``tokenizer_train_chars`` (characters of the source's document stream the BPE is trained on, default 200M).
+``probe_share`` (text sources; none by default) mixes the built-in probes' training documents into the stream,
+that share of all documents (objectives/tasks/probes.py), from the probes of ``probe_seed`` (default 0, the seed
+``loopscale evaluate --tasks probes`` asks about).
 """
 
 from __future__ import annotations
@@ -63,14 +66,16 @@ SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # Only with tokenizer = "bpe" (filled in only then, so other specs keep their fingerprints).
 BPE_DEFAULTS: dict[str, Any] = {"tokenizer_vocab": ISO_DEPTH["vocab_size"], "tokenizer_train_chars": 200_000_000}
+# Only with probe_share (filled in only then, so other specs keep their fingerprints).
+PROBE_DEFAULTS: dict[str, Any] = {"probe_share": REQUIRED, "probe_seed": 0}
 FILE_FORMATS = {"text": "text", "json": "json", "jsonl": "json", "parquet": "parquet"}
 EXTENSION_FORMATS = {".txt": "text", ".text": "text", ".md": "text", ".json": "json", ".jsonl": "json",
                      ".parquet": "parquet"}
 SAMPLE_BY = ("line", "paragraph", "document")
 # Expected type of each key (None allowed where the default is None); floats accept ints.
 _INT_KEYS = {"tokenizer_vocab", "tokenizer_train_chars", "seed", "max_tokens", "shuffle_buffer", "n_keys", "key_len",
-             "value_len", "alphabet", "tokens", "doc_records"}
-_FLOAT_KEYS = {"zipf", "noise"}
+             "value_len", "alphabet", "tokens", "doc_records", "probe_seed"}
+_FLOAT_KEYS = {"zipf", "noise", "probe_share"}
 
 
 def normalize_data(data: dict[str, Any] | None) -> dict[str, Any]:
@@ -79,7 +84,8 @@ def normalize_data(data: dict[str, Any] | None) -> dict[str, Any]:
     validate_data(data)
     source = data.get("source", COMMON_DEFAULTS["source"])
     bpe = BPE_DEFAULTS if data.get("tokenizer") == BPE else {}
-    full = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **bpe, **data}
+    probes = PROBE_DEFAULTS if "probe_share" in data else {}
+    full = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **bpe, **probes, **data}
     if source == "files":
         full["format"] = full["format"] or _infer_format(resolve_files(full["path"]))
     return full
@@ -93,19 +99,25 @@ def validate_data(data: dict[str, Any]) -> None:
     if source not in SOURCE_DEFAULTS:
         raise ValueError(f"data.source: unknown source {source!r}{did_you_mean(source, SOURCE_DEFAULTS)}; "
                          f"known: {', '.join(SOURCE_DEFAULTS)}")
-    allowed = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **BPE_DEFAULTS}
+    allowed = {**COMMON_DEFAULTS, **SOURCE_DEFAULTS[source], **BPE_DEFAULTS, **PROBE_DEFAULTS}
     for key, value in data.items():
         if key in BPE_DEFAULTS and data.get("tokenizer") != BPE:
             raise ValueError(f"data.{key} applies only with tokenizer = 'bpe'")
+        if key in PROBE_DEFAULTS and source == "synthetic":
+            raise ValueError(f"data.{key}: the synthetic source generates token ids, not the probes' text")
+        if key == "probe_seed" and "probe_share" not in data:
+            raise ValueError("data.probe_seed applies only with probe_share")
         if key not in allowed:
             raise ValueError(f"data: unknown key {key!r} for source {source!r}{did_you_mean(key, allowed)}; "
                              f"allowed: {', '.join(sorted(allowed))}")
         _check_type(key, value, allowed[key])
     for key, default in allowed.items():
-        if default is REQUIRED and key not in data:
+        if default is REQUIRED and key not in data and key not in PROBE_DEFAULTS:
             raise ValueError(f"data: source {source!r} needs {key!r}")
     if data.get("max_tokens") is not None and data["max_tokens"] < 1:
         raise ValueError(f"data.max_tokens must be >= 1, got {data['max_tokens']}")
+    if "probe_share" in data and not 0 < data["probe_share"] < 1:
+        raise ValueError(f"data.probe_share must be a share of the documents in (0, 1), got {data['probe_share']}")
     if data.get("tokenizer_vocab", 257) < 257:  # the 256 bytes and the separator
         raise ValueError(f"data.tokenizer_vocab must be >= 257, got {data['tokenizer_vocab']}")
     if data.get("tokenizer_train_chars", 1) < 1:
