@@ -67,7 +67,9 @@ class Backtest:
 
 def backtest(runs: pd.DataFrame, optima: IsoflopResult, *, options: FitOptions,
              allocate: Callable[[LawFit, list[float], list[int]], pd.DataFrame]) -> Backtest | None:
-    """Refit without the largest budget and predict it; None when fewer than three budgets were run.
+    """Refit without the largest budget and predict it; None when fewer than three budgets were run;
+    ``fit.TooFewRuns`` when the runs below the largest budget cannot determine the law (a sweep of one run per
+    cell can fit the law on all its runs and not on two thirds of them).
 
     ``optima`` are the per-cell optima of all usable runs; ``allocate`` gives the refit's compute-optimal
     models (a template's ``allocation_table``, or without one ``law_optimum.optimum_table``, which has no width

@@ -57,16 +57,20 @@ def fit_joint_law(runs: pd.DataFrame, *, options: FitOptions = DEFAULT_FIT_OPTIO
     return dataclasses.replace(fit, single_r=single_r) if single_r is not None else fit
 
 
+class TooFewRuns(ValueError):
+    """The runs are too few to determine the law's free parameters."""
+
+
 def joint_problem(runs: pd.DataFrame, options: FitOptions) -> tuple[FitProblem, int | None]:
     """The problem ``fit_joint_law`` solves on ``runs``, and the one r of a single-r table (None otherwise), whose
-    problem holds phi at 0. A ValueError when the rows are too few for the free parameters."""
+    problem holds phi at 0. ``TooFewRuns`` when the rows are too few for the free parameters."""
     data = FitData.from_runs(fit_rows(runs, options))
     single_r = int(data.r[0]) if np.unique(data.r).size == 1 and options.fix_phi is None else None
     if single_r is not None:
         options = dataclasses.replace(options, fix_phi=0.0)
     problem = FitProblem.of(data, options)
     if data.n_runs <= problem.n_free:
-        raise ValueError(f"{data.n_runs} runs cannot determine {problem.n_free} free parameters")
+        raise TooFewRuns(f"{data.n_runs} runs cannot determine {problem.n_free} free parameters")
     return problem, single_r
 
 

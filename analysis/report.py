@@ -27,6 +27,7 @@ from .compare import excluded_text
 from .depth import depth_table, depth_text
 from .depth_curve import depth_curves
 from .downstream.report import Downstream, downstream
+from .fit import TooFewRuns
 from .fit_problem import fit_rows
 from .suite import FitSuite, fit_suite
 from .folder_swap import replace_folder, scratch_for
@@ -65,6 +66,7 @@ class Analysis:
     template_note: str
     seconds: float
     backtest: Backtest | None = None
+    backtest_skipped: str = ""  # why no backtest although three budgets or more were run; '' otherwise
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     unfinished: str = ""  # where an unfinished sweep stands (analysis/unfinished.py); '' when it finished
     validation: pd.DataFrame = field(default_factory=pd.DataFrame)  # rungs predicted and achieved (validation.py)
@@ -93,6 +95,7 @@ class Analysis:
             "cells_flagged": self.optima.table.query("status != 'ok'")[["r", "budget_flops", "status", "reason"]]
             .to_dict(orient="records") if not self.optima.table.empty else [],
             "backtest": self.backtest.summary() if self.backtest else None,
+            "backtest_skipped": self.backtest_skipped or None,
             "flops_spent": flops_spent(self.runs) if self.runs["flops_spent"].notna().any() else None,
             "template": self.template_note, "seconds": self.seconds,
             "likely_fixes": likely_fixes(self.optima.table) if joint.warnings else [],
@@ -137,6 +140,8 @@ class Analysis:
                 lines.append(f"warning: {s['gap_to_r1_warning']}")
         if self.backtest is not None:
             lines.append(self.backtest.text())
+        elif self.backtest_skipped:
+            lines.append(f"backtest: none ({self.backtest_skipped})")
         depth = self.tables.get("depth_eval", pd.DataFrame())
         if not depth.empty:
             lines.append(depth_text(depth))
@@ -278,11 +283,15 @@ def analyze(runs: pd.DataFrame, *, name: str = "", options: FitOptions = DEFAULT
         law_curves = allocation_table(suite.joint, fine, recurrences, template=template, batch_tokens=batch_tokens)
         note = f"template {template} ({note}), batch {batch_tokens} tokens"
     say("backtest: the law refitted without the largest budget (when 3 or more were run)")
-    held_out = backtest(runs, optima, options=options, allocate=partial(optimum_table, costs=costs) if costs else
-                        partial(allocation_table, template=template, batch_tokens=batch_tokens))
+    try:
+        held_out, skipped = backtest(runs, optima, options=options, allocate=partial(optimum_table, costs=costs)
+                                     if costs else partial(allocation_table, template=template,
+                                                           batch_tokens=batch_tokens)), ""
+    except TooFewRuns as exc:
+        held_out, skipped = None, f"{exc} below the largest budget"
     analysis = Analysis(name=name, runs=runs, options=options, optima=optima, frontier=frontier, power_laws=laws,
                         suite=suite, allocation=allocation, law_curves=law_curves, template_note=note,
-                        seconds=time.perf_counter() - start, backtest=held_out)
+                        seconds=time.perf_counter() - start, backtest=held_out, backtest_skipped=skipped)
     analysis.rate_sensitivity = rate_sensitivity(runs, suite.joint, options)
     analysis.validation = validation.compare(suite.joint, runs, options)
     if not analysis.validation.empty and not mismatch:

@@ -48,3 +48,32 @@ def test_backtest_needs_three_budgets():
     assert run_backtest(runs[runs["budget_flops"] < 2e18]) is None
     two_left = runs[runs["budget_flops"] < 4e18]
     assert np.unique(two_left["budget_flops"]).size == 3 and run_backtest(two_left) is not None
+
+
+def test_a_sweep_of_one_run_per_cell_is_analysed_without_a_backtest_and_says_why(tmp_path):
+    """Nine runs (3 budgets x r in {1, 2, 4}, one each) fit the six-parameter law; the six below the largest
+    budget cannot: the analysis goes on without a backtest and says why (it used to stop there with an error)."""
+    import json
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for budget in (1e11, 3e11, 1e12):
+        for r in (1, 2, 4):
+            n_once = n_rec = 1e5
+            tokens = budget / (6 * (n_once + r * n_rec))
+            loss = 1.8 + 400 * (n_once + r ** 0.46 * n_rec) ** -0.35 + 400 * tokens ** -0.3 + rng.normal(0, 0.005)
+            rows.append({"r": r, "budget_flops": budget, "N_once": n_once, "N_rec": n_rec, "tokens": tokens,
+                         "val_loss": loss})
+    table = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(table, index=False)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "loopscale.search.cli", "analyze", "--experiment", str(table),
+                           "--out", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "backtest: none (6 runs cannot determine 6 free parameters below the largest budget)" in done.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backtest"] is None and "cannot determine" in summary["backtest_skipped"]

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_README_LINES = 200
-SETUP_COMMANDS = ("pip install torch==2.13.0 && pip install -e . && loopscale demo", "bash tests/run.sh")
+SETUP_COMMANDS = ("pip install torch==2.13.0 && pip install . && loopscale demo", "bash tests/run.sh")
 # design notes that lived outside the repository while it was built; their facts now live in docs/
 OUTSIDE_DOCUMENTS = ("PAPER", "DESIGN", "CPU_SCALE", "ECOSYSTEM")
 

@@ -22,7 +22,7 @@ ITEMS = [{"query": "In the beginning God created the", "choices": ["heaven", "ze
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     from loopscale.objectives import TrialConfig, train
-    from loopscale.objectives.kept import read_kept, rebuild
+    from loopscale.objectives.kept import read_file, rebuild
     from loopscale.search.models import KeptModel
 
     cache = str(tmp_path_factory.mktemp("lm-eval-cache"))
@@ -32,8 +32,9 @@ def kept(tmp_path_factory):
                         cache_dir=cache, val_tokens=2048, num_threads=1, recipe={"log_every": 2})
     files: list[bytes] = []
     train(trial, keep=files.append)
-    trial, weights = read_kept(files[0], "the trained file")
-    return KeptModel(module=rebuild(trial, weights), trial=trial, run_id="local", weights=weights)
+    params, weights = read_file(files[0], "the trained file")  # this test's own file: trusted, nothing to check
+    trial = TrialConfig.from_params(params)
+    return KeptModel(module=rebuild(trial, weights), trial=trial, run_id="local", weights=weights, r=trial.r)
 
 
 def direct_logprob(module, context: str, continuation: str) -> tuple[float, bool]:
