@@ -161,7 +161,8 @@ def _tokenizer(args: argparse.Namespace) -> int:
 
     spec = SweepSpec.from_toml(args.spec)
     if spec.objective == "simulate" and spec.training.calibrate is None:
-        raise ValueError(f"{spec.name}: objective 'simulate' reads no data, so it needs no tokenizer")
+        raise ValueError(f"{spec.name}: objective 'simulate' trains no model, so it needs no tokenizer (it reads "
+                         "only the vocabulary its data's tokenizer has)")
     data = spec.training.data
     name = data.get("tokenizer", "bytes")
     if name != "bpe":

@@ -110,10 +110,15 @@ def test_plan_paper_works_here(capsys, monkeypatch):
     assert "C=2.15e+19,r=8" in out
 
 
-def test_a_simulated_spec_never_reads_its_data_settings(tmp_path, capsys):
-    path = write_spec(tmp_path, data={"source": "kjv", "tokenizer": "no-such-tokenizer.json"})
+def test_a_simulated_spec_takes_its_vocabulary_from_its_data_and_trains_no_tokenizer(tmp_path, capsys):
+    """A simulated replay is of the design its spec trains (issue 63: it took iso_depth's 32,064 tokens beside a
+    bytes tokenizer's 256), so its data's tokenizer must be one that gives a vocabulary."""
+    missing = write_spec(tmp_path, data={"source": "kjv", "tokenizer": "no-such-tokenizer.json"})
+    with pytest.raises(ValueError, match="no such file 'no-such-tokenizer.json'"):
+        SweepSpec.from_toml(missing)
+    path = write_spec(tmp_path, data={"source": "kjv"})
     spec = SweepSpec.from_toml(path)
-    assert spec.objective == "simulate" and spec.grid.template["vocab_size"] == 32064  # not the data's
+    assert spec.objective == "simulate" and spec.grid.template["vocab_size"] == 256  # the bytes tokenizer's
     assert main(["plan", str(path)]) == 0
     assert main(["tokenizer", str(path)]) == 2
-    assert "objective 'simulate' reads no data" in capsys.readouterr().err
+    assert "objective 'simulate' trains no model, so it needs no tokenizer" in capsys.readouterr().err
