@@ -344,7 +344,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.tasks is not None:
         tasks, scored = downstream.evaluate_tasks(args.experiment, args.tasks, recurrences, args.tracking_uri,
                                                   args.device, args.threads)
-        for line in downstream.refusals(scored) if not recurrences else []:  # else said with the losses
+        for line in refusals(scored) if not recurrences else []:  # else said with the losses
             print(f"loopscale: {line}", file=sys.stderr)
         print("\n".join(downstream.render(tasks, scored)))
     return 0

@@ -72,7 +72,7 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
     from loopscale.objectives.tasks.scoring import score_task
     from loopscale.objectives.tasks.tokens import trial_codec
 
-    from .evaluate import kept_runs
+    from .evaluate import kept_runs, labels
     from .models import load_model
 
     tasks = load_tasks(spec)
@@ -81,16 +81,14 @@ def evaluate_tasks(experiment: str, spec: str, recurrences: list[int], tracking_
         torch.set_num_threads(threads)
     target = runtime.pick_device(device)
     done = []
-    for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
+    for run in kept:
+        name, cell, recorded_r = labels(run)
         if run.info.run_id in damaged:
-            r, name = run.data.params.get("r", ""), run.info.run_name or run.info.run_id
-            done.append(ModelScores(run.info.run_id, name, run.data.tags.get("cell", ""), int(r) if r.isdigit() else 0,
-                                    damaged=damaged[run.info.run_id]))
+            done.append(ModelScores(run.info.run_id, name, cell, recorded_r, damaged=damaged[run.info.run_id]))
             continue
         model = load_model(run, uri)
         codec = trial_codec(model.trial)  # a sweep's models share their data: the first one refuses
-        entry = ModelScores(run.info.run_id, run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""),
-                       model.trial.r)
+        entry = ModelScores(run.info.run_id, name, cell, model.trial.r)
         numbers: dict[str, float] = {}
         for r in dict.fromkeys([model.trial.r, *recurrences]):
             try:
@@ -136,9 +134,3 @@ def render(tasks: list[Task], scored: list[ModelScores], confidence: float = 0.9
                 lines.append(f"{label[:28]:<28} {s.name[:28]:<28} {r:>6} {k / n:>6.3f} {f'[{lo:.3f}, {hi:.3f}]':>15}")
     return lines
 
-
-def refusals(scored: list[ModelScores]) -> list[str]:
-    """The one line of each (run, r) that could not be scored, and of each run skipped for its damaged file."""
-    return [line for s in scored
-            for line in ([f"{s.name}: skipped: {s.damaged}"] if s.damaged else []) + [f"{s.name}: {reason}"
-                                                                                     for reason in s.refused.values()]]

@@ -14,10 +14,13 @@ nothing imported or logged; a damaged one (truncated, unreadable) is one line na
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscale.analysis.store import eval_column, numbers_tags
 from loopscale.objectives.trial import module_metrics
+
+if TYPE_CHECKING:
+    from .downstream import ModelScores
 
 
 def parse_recurrences(text: str) -> list[int]:
@@ -50,7 +53,7 @@ class Evaluated:
 
 
 def kept_runs(experiment: str, tracking_uri: str | None = None) -> tuple[Any, str, list[Any], dict[str, str]]:
-    """(client, store URI, the trial runs holding a kept model, those of them whose model file is damaged with
+    """(client, store URI, the trial runs holding a kept model by cell and name, those whose model file is damaged with
     its one line) of ``experiment``; ValueError in one line, before any evaluation, for an experiment without kept
     models, an architecture that no longer loads or (``models.ForeignModel``) a file that is not its run's own."""
     from mlflow.tracking import MlflowClient
@@ -75,7 +78,14 @@ def kept_runs(experiment: str, tracking_uri: str | None = None) -> tuple[Any, st
         name = run.data.params.get("template.architecture")
         if name:
             factory(name)
+    kept.sort(key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or ""))
     return client, uri, kept, check_files(client, kept)
+
+
+def labels(run) -> tuple[str, str, int]:
+    """A kept run's name, cell and recorded trained r (0 where the run records none), for its table row."""
+    r = run.data.params.get("r", "")
+    return run.info.run_name or run.info.run_id, run.data.tags.get("cell", ""), int(r) if r.isdigit() else 0
 
 
 def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | None = None,
@@ -95,12 +105,10 @@ def evaluate_kept(experiment: str, recurrences: list[int], tracking_uri: str | N
     if threads:
         torch.set_num_threads(threads)
     done = []
-    for run in sorted(kept, key=lambda run: (run.data.tags.get("cell", ""), run.info.run_name or "")):
-        name, cell = run.info.run_name or run.info.run_id, run.data.tags.get("cell", "")
+    for run in kept:
+        name, cell, recorded_r = labels(run)
         if run.info.run_id in damaged:
-            r = run.data.params.get("r", "")
-            done.append(Evaluated(run.info.run_id, name, cell, int(r) if r.isdigit() else 0,
-                                  damaged=damaged[run.info.run_id]))
+            done.append(Evaluated(run.info.run_id, name, cell, recorded_r, damaged=damaged[run.info.run_id]))
             continue
         model = load_model(run, uri)
         entry = Evaluated(run.info.run_id, name, cell, model.trial.r)
@@ -129,8 +137,9 @@ def render(evaluated: list[Evaluated], recurrences: list[int]) -> list[str]:
     return lines
 
 
-def refusals(evaluated: list[Evaluated]) -> list[str]:
-    """The one line of each (run, r) that could not be evaluated, and of each run skipped for its damaged file."""
+def refusals(evaluated: list[Evaluated] | list[ModelScores]) -> list[str]:
+    """The one line of each (run, r) that could not be evaluated (or scored, ``downstream.ModelScores``), and of
+    each run skipped for its damaged file."""
     lines = []
     for e in evaluated:
         lines += [f"{e.name}: skipped: {e.damaged}"] if e.damaged else []
